@@ -1,0 +1,126 @@
+# normd - the Makefile is the entry point for everything (see README.md).
+#
+#   make            build build/normd (CUDA backend too when nvcc is found; CPU-only otherwise)
+#   make run        install missing build dependencies (as root), build, start the daemon
+#   make test       install, build, run every unit and integration test (no GPU needed)
+#   make test-gpu   GPU correctness tests (needs a CUDA device)
+#   make bench-cpu  CPU benchmark;   make bench-gpu  kernel benchmark;  make bench-service  wrk
+#   make fuzz       libFuzzer targets for the wire parsers (clang)
+
+BUILD   ?= build
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP
+LDLIBS  += -pthread -lm
+
+# ---- CUDA: found on PATH or in the usual place; NVCC= (empty) forces a CPU-only build ----
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall -lineinfo
+ifneq ($(strip $(NVCC)),)
+  CUDA_HOME  := $(patsubst %/bin/nvcc,%,$(NVCC))
+  CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/targets/x86_64-linux/lib))
+  CU_SRC     := $(wildcard kernels/*.cu)
+  CU_OBJ     := $(CU_SRC:%.cu=$(BUILD)/%.o)
+  CUDA_LIBS  := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
+  CFLAGS     += -DND_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+else
+  CU_OBJ     := $(BUILD)/kernels/cuda_stub.o
+  CUDA_LIBS  :=
+endif
+
+# ---- libraries from Debian's packages ----
+DEB_PKGS := libmicrohttpd-dev libjansson-dev libcriterion-dev libcurl4-openssl-dev pkg-config
+MHD_LIBS  := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
+JSON_LIBS := $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
+CRIT_LIBS := $(shell pkg-config --libs criterion 2>/dev/null || echo -lcriterion)
+CURL_LIBS := $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
+
+KERNELS_C := $(filter-out kernels/cuda_stub.c,$(wildcard kernels/*.c))
+KERNELS_OBJ := $(KERNELS_C:%.c=$(BUILD)/%.o) $(CU_OBJ)
+PROTO_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard proto/*.c))
+SERVER_C  := $(wildcard server/*.c)
+SERVER_OBJ := $(SERVER_C:%.c=$(BUILD)/%.o)
+SERVER_LIB_OBJ := $(filter-out $(BUILD)/server/main.o,$(SERVER_OBJ))
+
+# Unit tests: tests/test_<module>.c, Criterion. GPU tests: tests/gpu_*.c (make test-gpu).
+# Integration tests: tests/it_*.c, libcurl against a started daemon.
+UNIT_SRC := $(wildcard tests/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/%.c=$(BUILD)/tests/%)
+IT_SRC   := $(wildcard tests/it_*.c)
+IT_BIN   := $(IT_SRC:tests/%.c=$(BUILD)/tests/%)
+GPU_SRC  := $(wildcard tests/gpu_*.c)
+GPU_BIN  := $(GPU_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_UTIL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/util/*.c))
+
+.PHONY: all deps run test unit-test integration-test test-gpu bench-cpu bench-gpu bench-service \
+        fuzz clean gpu-check
+
+all: $(BUILD)/normd
+	@if [ -z "$(strip $(NVCC))" ]; then echo "note: nvcc not found: built the CPU backend only"; fi
+
+# Installs what the build needs when it is missing; as root it uses apt-get, otherwise it names
+# the packages to install.
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else echo "missing Debian packages:$$missing (run 'make deps' as root)"; exit 1; fi; \
+	fi
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Ikernels -c $< -o $@
+
+$(BUILD)/libndkernels.a: $(KERNELS_OBJ)
+	ar rcs $@ $^
+$(BUILD)/libndproto.a: $(PROTO_OBJ)
+	ar rcs $@ $^
+$(BUILD)/libndserver.a: $(SERVER_LIB_OBJ)
+	ar rcs $@ $^
+
+LIBS_ALL := $(BUILD)/libndserver.a $(BUILD)/libndproto.a $(BUILD)/libndkernels.a
+
+$(BUILD)/normd: $(BUILD)/server/main.o $(LIBS_ALL)
+	$(CC) $(CFLAGS) $^ -o $@ $(MHD_LIBS) $(JSON_LIBS) $(CUDA_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(TEST_UTIL_OBJ) $(LIBS_ALL)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $^ -o $@ $(CRIT_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(JSON_LIBS) $(CUDA_LIBS) $(LDLIBS)
+
+run: deps all
+	./$(BUILD)/normd $(ARGS)
+
+unit-test: $(UNIT_BIN)
+	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t --jobs 2; done
+
+integration-test: $(BUILD)/normd $(IT_BIN)
+	@set -e; for t in $(IT_BIN); do echo "== $$t"; NORMD_BIN=$(BUILD)/normd $$t --jobs 1; done
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory unit-test
+	@$(MAKE) --no-print-directory integration-test
+
+test-gpu: deps $(BUILD)/normd $(GPU_BIN)
+	@set -e; for t in $(GPU_BIN); do echo "== $$t"; $$t --jobs 1; done
+
+bench-cpu: $(BUILD)/bench/bench_cpu
+	./$(BUILD)/bench/bench_cpu
+
+$(BUILD)/bench/%: bench/%.c $(LIBS_ALL)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(CUDA_LIBS) $(LDLIBS)
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

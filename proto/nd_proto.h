@@ -1,0 +1,124 @@
+/*
+ * nd_proto.h - normd's wire formats: bytes in, a validated request out; results in, bytes out.
+ *
+ * No I/O, no HTTP library and no GPU here: the server hands over a request body (and, for the raw
+ * binary form, the query string's key/value pairs) and gets back either an nd_request or an HTTP
+ * status with a message that names the offending field.
+ *
+ * Every operator is seen through one three-dimensional view (outer, mid, inner):
+ *   layernorm, rmsnorm:   outer = rows (product of all dims but the last), mid = cols, inner = 1
+ *   softmax, log_softmax: outer = product of dims before the axis, mid = shape[axis], inner = the
+ *                         product after it
+ *   prelu:                outer = shape[0], mid = channels = shape[1] (1 for rank 1), inner = the
+ *                         product of the rest
+ * Requests whose views agree in everything but outer can be concatenated along outer and run as one
+ * kernel call; that is what the batcher does.
+ */
+#ifndef ND_PROTO_H
+#define ND_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../kernels/nd_ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ND_MAX_DIMS 8
+#define ND_PARAMS_NAME_MAX 64
+
+/* Which outputs a request wants. */
+enum {
+    ND_OUT_Y = 1u << 0,
+    ND_OUT_MEAN = 1u << 1, /* layernorm only */
+    ND_OUT_RSTD = 1u << 2, /* layernorm and rmsnorm */
+};
+
+typedef enum nd_wire {
+    ND_WIRE_JSON = 0,
+    ND_WIRE_BINARY,
+} nd_wire;
+
+/* A query-string pair, as the HTTP layer found it (already percent-decoded). */
+typedef struct nd_kv {
+    const char *key;
+    const char *value;
+} nd_kv;
+
+/*
+ * A parsed, validated request. Tensors hold dtype-sized elements, little-endian, row-major.
+ * Pointers either point into the caller's body buffer (raw binary) or into `owned`, one block
+ * allocated by the parser (JSON); nd_request_free releases `owned` only.
+ */
+typedef struct nd_request {
+    nd_op op;
+    nd_dtype dtype;
+    nd_wire wire;
+    int ndim;
+    int64_t shape[ND_MAX_DIMS];
+    int axis;          /* softmax/log_softmax: in [0, ndim); others: ndim - 1 */
+    float eps;         /* layernorm/rmsnorm: given or the op's default */
+    unsigned outputs;  /* ND_OUT_* mask; always has ND_OUT_Y */
+
+    int64_t outer, mid, inner; /* the view described above */
+    int64_t elems;             /* outer * mid * inner */
+
+    const void *x;             /* elems elements */
+    /* Inline parameters, NULL when absent. layernorm: gamma, beta (mid elements each);
+     * rmsnorm: weight in gamma (mid elements); prelu: alpha (alpha_count elements). */
+    const void *gamma;
+    const void *beta;
+    const void *alpha;
+    int64_t alpha_count;        /* prelu: 1 (shared) or mid (per channel); from inline or registry */
+    char params[ND_PARAMS_NAME_MAX]; /* name of a registered parameter set, "" when none */
+
+    void *owned;
+} nd_request;
+
+void nd_request_free(nd_request *req);
+
+/* Defaults applied when the request does not say. */
+#define ND_LAYERNORM_EPS_DEFAULT 1e-5f
+#define ND_RMSNORM_EPS_DEFAULT 1e-6f
+
+/*
+ * Parse a JSON body for operator op. Returns 0 and fills *req, or an HTTP status (400, 413, 422)
+ * with a message in err naming the field. The body need not be NUL-terminated.
+ * max_elems bounds the element count of x (a 413 beyond it).
+ */
+int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elems,
+                        nd_request *req, nd_error *err);
+
+/*
+ * Parse a raw binary request: metadata from the query string (shape, dtype, eps, axis, affine,
+ * alpha=shared|channel, outputs, params), tensors from the body: x, then gamma and beta (layernorm,
+ * affine=1) or weight (rmsnorm, affine=1) or alpha (prelu, always). The request's tensor pointers
+ * point into body, which must outlive the request. Returns 0 or an HTTP status as above.
+ */
+int nd_proto_parse_binary(nd_op op, const nd_kv *query, size_t nquery, const void *body,
+                          size_t len, int64_t max_elems, nd_request *req, nd_error *err);
+
+/*
+ * Encode a JSON answer {"shape":[...],"dtype":"...","data":[...]} plus "mean"/"rstd" when the
+ * request asked for them (mean/rstd hold req->outer * ... rows; see nd_request_stat_rows).
+ * *out is malloc'ed; returns 0, or -1 on allocation failure.
+ */
+int nd_proto_encode_json(const nd_request *req, const void *y, const float *mean,
+                         const float *rstd, char **out, size_t *out_len);
+
+/* Number of per-row statistics a norm request produces (its outer), 0 for other ops. */
+int64_t nd_request_stat_rows(const nd_request *req);
+
+/* "8,4096" for the X-Normd-Shape header of binary answers. buf of at least 8 * 21 bytes. */
+void nd_proto_format_shape(const nd_request *req, char *buf, size_t size);
+
+/* {"error": msg}, malloc'ed. */
+char *nd_proto_error_json(const char *msg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ND_PROTO_H */
