@@ -1,0 +1,54 @@
+/*
+ * nd_testutil.h - what every correctness test shares: random inputs, a float64 reference written
+ * independently of the backends, and one tolerance rule.
+ *
+ * The tolerance rule (the same for the CPU and CUDA backends):
+ *   float32:           |got - ref| <= 1e-5 * max(1, |ref|)
+ *   float16, bfloat16: got is within 1 ulp of the correctly rounded value of ref (the rounded
+ *                      value itself, or either neighbour on the dtype's grid)
+ * Statistics (mean, rstd) are float32 and use the float32 rule.
+ */
+#ifndef ND_TESTUTIL_H
+#define ND_TESTUTIL_H
+
+#include <stdint.h>
+
+#include "../../kernels/nd_ops.h"
+
+/* ---- random inputs (xorshift; deterministic for a given seed) ---- */
+uint64_t nd_rand_u64(uint64_t *state);
+double nd_rand_uniform(uint64_t *state);               /* [0, 1) */
+double nd_rand_normal(uint64_t *state);                /* mean 0, std 1 */
+/* n values of mean + std * N(0,1), rounded to dt and stored in buf; when f64 is not NULL it gets
+ * the stored (rounded) values widened to double, i.e. exactly what a backend will read. */
+void nd_fill_random(nd_dtype dt, void *buf, int64_t n, double mean, double std, uint64_t *state,
+                    double *f64);
+/* Widen n stored values of dt to double. */
+void nd_to_f64(nd_dtype dt, const void *buf, int64_t n, double *out);
+/* Fill n elements of dt with a recognisable NaN so an element a backend never wrote fails. */
+void nd_poison(nd_dtype dt, void *buf, int64_t n);
+
+/* ---- float64 reference ---- */
+/* gamma/beta may be NULL; mean/rstd may be NULL. Biased variance, as PyTorch. */
+void nd_ref_layernorm(const double *x, int64_t rows, int64_t cols, const double *gamma,
+                      const double *beta, double eps, double *y, double *mean, double *rstd);
+void nd_ref_rmsnorm(const double *x, int64_t rows, int64_t cols, const double *weight, double eps,
+                    double *y, double *rstd);
+void nd_ref_softmax(const double *x, int64_t outer, int64_t dim, int64_t inner, int log,
+                    double *y);
+void nd_ref_prelu(const double *x, int64_t outer, int64_t channels, int64_t inner,
+                  const double *alpha, int64_t alpha_count, double *y);
+
+/* ---- tolerance ---- */
+/* 1 when got (an element stored as dt) is within tolerance of ref, 0 otherwise (NaN never is,
+ * unless ref is NaN too). */
+int nd_close(nd_dtype dt, double got, double ref);
+/* Compare n stored values of dt against ref. Returns the number of mismatches and, for the first,
+ * writes a message "what[i]=got, reference ref" into msg. */
+int64_t nd_compare(nd_dtype dt, const void *got, const double *ref, int64_t n, const char *what,
+                   char *msg, size_t msg_size);
+/* Same for float32 statistics. */
+int64_t nd_compare_f32(const float *got, const double *ref, int64_t n, const char *what,
+                       char *msg, size_t msg_size);
+
+#endif /* ND_TESTUTIL_H */
