@@ -124,3 +124,12 @@ clean:
 	rm -rf $(BUILD)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ---- GPU machine support: it has nvcc and a GPU but no Debian packages and no network. Build
+# here, then carry build/ and .deb/ (runtime packages) there; bench/device_env.sh unpacks them. ----
+DEVICE_DEBS := libcriterion3 libgit2-1.5 libhttp-parser2.9 libmbedcrypto7 libmbedtls14 \
+               libmbedx509-1 libnanomsg5 libssh2-1 libmicrohttpd12 libjansson4 wrk \
+               libluajit-5.1-2 libluajit-5.1-common
+.PHONY: device-debs
+device-debs:
+	mkdir -p .deb && cd .deb && apt-get download $(DEVICE_DEBS)
