@@ -130,7 +130,7 @@ nd_status nd_cpu_rmsnorm(const nd_norm_args *a, nd_error *err);
 nd_status nd_cpu_softmax(const nd_softmax_args *a, int log, nd_error *err);
 nd_status nd_cpu_prelu(const nd_prelu_args *a, nd_error *err);
 
-/* ---- CUDA backend (kernels/*.cu); stream is a cudaStream_t, NULL for the legacy stream ---- */
+/* ---- CUDA backend (the kernels/ .cu files); stream is a cudaStream_t, NULL for the legacy stream ---- */
 
 /* Number of usable CUDA devices, 0 when the runtime or driver is missing or the build has no CUDA. */
 int nd_cuda_device_count(void);

@@ -1,0 +1,244 @@
+/*
+ * config.c - one table of options serves the flags, the NORMD_* environment variables and --help,
+ * so the three cannot drift apart.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef enum opt_kind { OPT_LISTEN, OPT_UNIX, OPT_BACKEND, OPT_INT, OPT_I64, OPT_SIZE, OPT_DEVICES } opt_kind;
+
+typedef struct opt {
+    const char *flag; /* without the leading "--" */
+    const char *env;
+    opt_kind kind;
+    size_t offset;
+    int64_t min, max; /* numeric bounds */
+    const char *help;
+} opt;
+
+#define OFF(field) offsetof(nd_config, field)
+
+static const opt options[] = {
+    {"listen", "NORMD_LISTEN", OPT_LISTEN, 0, 0, 0,
+     "HOST:PORT to listen on, or 'off' (default 127.0.0.1:8000)"},
+    {"unix", "NORMD_UNIX", OPT_UNIX, 0, 0, 0, "also listen on this UNIX socket path"},
+    {"backend", "NORMD_BACKEND", OPT_BACKEND, 0, 0, 0,
+     "auto|cpu|cuda|null (default auto: cuda when a device is present)"},
+    {"threads", "NORMD_THREADS", OPT_INT, OFF(threads), 1, 1024, "HTTP threads (default 4)"},
+    {"cpu-threads", "NORMD_CPU_THREADS", OPT_INT, OFF(cpu_threads), 0, 1024,
+     "CPU backend worker threads (default 0: one per core)"},
+    {"max-batch-rows", "NORMD_MAX_BATCH_ROWS", OPT_I64, OFF(max_batch_rows), 1, INT64_C(1) << 40,
+     "rows that launch a batch at once (default 65536)"},
+    {"max-delay-us", "NORMD_MAX_DELAY_US", OPT_I64, OFF(max_delay_us), 0, 10000000,
+     "longest a request waits for company before its batch runs (default 0: run as soon as "
+     "an executor is free)"},
+    {"max-body-bytes", "NORMD_MAX_BODY_BYTES", OPT_SIZE, OFF(max_body_bytes), 1,
+     INT64_C(1) << 40, "largest request body accepted, else 413 (default 268435456)"},
+    {"queue-limit", "NORMD_QUEUE_LIMIT", OPT_INT, OFF(queue_limit), 1, 1 << 24,
+     "requests waiting for a batch before new ones get 503 (default 4096)"},
+    {"streams", "NORMD_STREAMS", OPT_INT, OFF(streams), 1, 64,
+     "CUDA streams (batches in flight) per device (default 4)"},
+    {"devices", "NORMD_DEVICES", OPT_DEVICES, 0, 0, 0,
+     "comma-separated CUDA device ordinals (default: all visible)"},
+    {"fault-every", "NORMD_FAULT_EVERY", OPT_INT, OFF(fault_every), 0, INT_MAX,
+     "testing only: fail every Nth batch with a backend error (default 0: never)"},
+    {"verbose", "NORMD_VERBOSE", OPT_INT, OFF(verbose), 0, 3, "log level 0-3 (default 1)"},
+};
+
+void nd_config_defaults(nd_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    strcpy(cfg->listen_host, "127.0.0.1");
+    cfg->listen_port = 8000;
+    cfg->backend = ND_BACKEND_AUTO;
+    cfg->threads = 4;
+    cfg->max_batch_rows = 65536;
+    cfg->max_delay_us = 0;
+    cfg->max_body_bytes = (size_t)256 << 20;
+    cfg->queue_limit = 4096;
+    cfg->streams = 4;
+    cfg->verbose = 1;
+}
+
+const char *nd_backend_name(nd_backend_kind kind)
+{
+    switch (kind) {
+    case ND_BACKEND_CPU:
+        return "cpu";
+    case ND_BACKEND_CUDA:
+        return "cuda";
+    case ND_BACKEND_NULL:
+        return "null";
+    default:
+        return "auto";
+    }
+}
+
+static int parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int set_listen(nd_config *cfg, const char *v, nd_error *err)
+{
+    if (strcmp(v, "off") == 0) {
+        cfg->listen_host[0] = '\0';
+        return 0;
+    }
+    const char *colon = strrchr(v, ':');
+    int64_t port;
+    if (!colon || colon == v || parse_i64(colon + 1, 0, 65535, &port) < 0) {
+        nd_error_set(err, ND_EINVAL, "listen: \"%s\" is not HOST:PORT (port 0-65535)", v);
+        return -1;
+    }
+    size_t hlen = (size_t)(colon - v);
+    if (v[0] == '[' && hlen >= 2 && v[hlen - 1] == ']') { /* [::1]:8000 */
+        v++;
+        hlen -= 2;
+    }
+    if (hlen >= sizeof cfg->listen_host) {
+        nd_error_set(err, ND_EINVAL, "listen: host name too long");
+        return -1;
+    }
+    memcpy(cfg->listen_host, v, hlen);
+    cfg->listen_host[hlen] = '\0';
+    cfg->listen_port = (unsigned)port;
+    return 0;
+}
+
+static int set_option(nd_config *cfg, const opt *o, const char *v, nd_error *err)
+{
+    int64_t n;
+    switch (o->kind) {
+    case OPT_LISTEN:
+        return set_listen(cfg, v, err);
+    case OPT_UNIX:
+        if (strlen(v) >= sizeof cfg->unix_path) {
+            nd_error_set(err, ND_EINVAL, "unix: path longer than %zu bytes",
+                         sizeof cfg->unix_path - 1);
+            return -1;
+        }
+        strcpy(cfg->unix_path, v);
+        return 0;
+    case OPT_BACKEND:
+        if (!strcasecmp(v, "auto"))
+            cfg->backend = ND_BACKEND_AUTO;
+        else if (!strcasecmp(v, "cpu"))
+            cfg->backend = ND_BACKEND_CPU;
+        else if (!strcasecmp(v, "cuda"))
+            cfg->backend = ND_BACKEND_CUDA;
+        else if (!strcasecmp(v, "null"))
+            cfg->backend = ND_BACKEND_NULL;
+        else {
+            nd_error_set(err, ND_EINVAL, "backend: \"%s\" is not auto, cpu, cuda or null", v);
+            return -1;
+        }
+        return 0;
+    case OPT_DEVICES: {
+        cfg->ndevices = 0;
+        const char *p = v;
+        while (*p) {
+            char *end;
+            errno = 0;
+            long d = strtol(p, &end, 10);
+            if (errno || end == p || d < 0 || d > 1023 || (*end && *end != ',') ||
+                cfg->ndevices == ND_MAX_DEVICES) {
+                nd_error_set(err, ND_EINVAL,
+                             "devices: \"%s\" is not a list of at most %d device ordinals", v,
+                             ND_MAX_DEVICES);
+                return -1;
+            }
+            cfg->devices[cfg->ndevices++] = (int)d;
+            p = *end ? end + 1 : end;
+        }
+        return 0;
+    }
+    case OPT_INT:
+    case OPT_I64:
+    case OPT_SIZE:
+        if (parse_i64(v, o->min, o->max, &n) < 0) {
+            nd_error_set(err, ND_EINVAL, "%s: \"%s\" is not an integer in [%lld, %lld]", o->flag,
+                         v, (long long)o->min, (long long)o->max);
+            return -1;
+        }
+        if (o->kind == OPT_INT)
+            *(int *)((char *)cfg + o->offset) = (int)n;
+        else if (o->kind == OPT_I64)
+            *(int64_t *)((char *)cfg + o->offset) = n;
+        else
+            *(size_t *)((char *)cfg + o->offset) = (size_t)n;
+        return 0;
+    }
+    return -1;
+}
+
+void nd_config_usage(FILE *out)
+{
+    fprintf(out, "usage: normd [options]\n\nEvery option can also be set with its environment "
+                 "variable; flags win.\n\n");
+    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
+        fprintf(out, "  --%-16s %-22s %s\n", options[i].flag, options[i].env, options[i].help);
+    fprintf(out, "  --%-16s %-22s %s\n", "help", "", "print this and exit");
+}
+
+int nd_config_load(nd_config *cfg, int argc, char **argv, nd_error *err)
+{
+    const size_t nopt = sizeof options / sizeof options[0];
+    for (size_t i = 0; i < nopt; i++) {
+        const char *v = getenv(options[i].env);
+        if (v && *v && set_option(cfg, &options[i], v, err) < 0) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+            nd_error_set(err, ND_EINVAL, "%s: %s", options[i].env, msg);
+            return -1;
+        }
+    }
+    for (int a = 1; a < argc; a++) {
+        const char *arg = argv[a];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            nd_config_usage(stdout);
+            return 1;
+        }
+        if (strncmp(arg, "--", 2) != 0) {
+            nd_error_set(err, ND_EINVAL, "unexpected argument \"%s\" (see --help)", arg);
+            return -1;
+        }
+        const char *name = arg + 2, *value = strchr(name, '=');
+        size_t nlen = value ? (size_t)(value - name) : strlen(name);
+        const opt *o = NULL;
+        for (size_t i = 0; i < nopt; i++)
+            if (strlen(options[i].flag) == nlen && !strncmp(options[i].flag, name, nlen))
+                o = &options[i];
+        if (!o) {
+            nd_error_set(err, ND_EINVAL, "unknown option \"%.*s\" (see --help)", (int)(nlen + 2),
+                         arg);
+            return -1;
+        }
+        if (value)
+            value++;
+        else if (a + 1 < argc)
+            value = argv[++a];
+        else {
+            nd_error_set(err, ND_EINVAL, "option --%s needs a value", o->flag);
+            return -1;
+        }
+        if (set_option(cfg, o, value, err) < 0)
+            return -1;
+    }
+    if (!cfg->listen_host[0] && !cfg->unix_path[0]) {
+        nd_error_set(err, ND_EINVAL, "nothing to listen on: --listen off needs --unix PATH");
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,52 @@
+/*
+ * config.h - the daemon's settings: defaults, then NORMD_* environment variables, then flags.
+ */
+#ifndef ND_CONFIG_H
+#define ND_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+
+#include "../kernels/nd_ops.h"
+
+#define ND_MAX_DEVICES 16
+
+typedef enum nd_backend_kind {
+    ND_BACKEND_AUTO = 0,
+    ND_BACKEND_CPU,
+    ND_BACKEND_CUDA,
+    ND_BACKEND_NULL, /* echo: y = x, no compute; measures the HTTP ceiling */
+} nd_backend_kind;
+
+typedef struct nd_config {
+    char listen_host[256];     /* "" when TCP is off (only --unix) */
+    unsigned listen_port;
+    char unix_path[108];       /* "" when no UNIX socket */
+    nd_backend_kind backend;
+    int threads;               /* HTTP threads; CPU backend workers use every core */
+    int cpu_threads;           /* CPU backend worker threads, 0 = one per core */
+    int64_t max_batch_rows;
+    int64_t max_delay_us;
+    size_t max_body_bytes;
+    int queue_limit;           /* requests queued (not yet running) before answering 503 */
+    int streams;               /* CUDA streams per device (batches in flight per device) */
+    int devices[ND_MAX_DEVICES];
+    int ndevices;              /* 0 = every visible device */
+    int fault_every;           /* testing: fail every Nth batch with a backend error (0 = never) */
+    int verbose;
+} nd_config;
+
+void nd_config_defaults(nd_config *cfg);
+
+/*
+ * Apply NORMD_* environment variables, then argv. Returns 0, 1 when --help was asked (usage
+ * already printed to stdout), or -1 with a message in err.
+ */
+int nd_config_load(nd_config *cfg, int argc, char **argv, nd_error *err);
+
+void nd_config_usage(FILE *out);
+
+const char *nd_backend_name(nd_backend_kind kind);
+
+#endif /* ND_CONFIG_H */
