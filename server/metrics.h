@@ -1,0 +1,38 @@
+/*
+ * metrics.h - the daemon's counters and histograms, rendered in Prometheus text format.
+ *
+ * Every update takes one short mutex; updates happen once per request or per batch, never per
+ * element, so the lock is not a bottleneck.
+ */
+#ifndef ND_METRICS_H
+#define ND_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../kernels/nd_ops.h"
+
+typedef struct nd_metrics nd_metrics;
+
+/* Requests outside the operator endpoints (metrics, health, params, unknown paths). */
+#define ND_METRICS_OP_OTHER ND_OP_COUNT
+
+nd_metrics *nd_metrics_create(void);
+void nd_metrics_destroy(nd_metrics *m);
+
+/* One answered request: op is an nd_op or ND_METRICS_OP_OTHER; seconds from arrival to answer. */
+void nd_metrics_request(nd_metrics *m, int op, int code, double seconds);
+/* One batch run on executor `device` (a label index; see nd_metrics_set_device_label). */
+void nd_metrics_batch(nd_metrics *m, nd_op op, int device, int64_t rows, int requests,
+                      double queue_wait_s, double compute_s, int failed);
+void nd_metrics_transfer(nd_metrics *m, int device, uint64_t h2d_bytes, uint64_t d2h_bytes);
+void nd_metrics_inflight_add(nd_metrics *m, int device, int delta);
+void nd_metrics_queue_depth_add(nd_metrics *m, int delta);
+int64_t nd_metrics_queue_depth(nd_metrics *m);
+/* Labels devices in the output ("cpu", "cuda:0", ...). At most 16 devices. */
+void nd_metrics_set_device_label(nd_metrics *m, int device, const char *label);
+
+/* The whole exposition, malloc'ed and NUL-terminated. NULL on allocation failure. */
+char *nd_metrics_render(nd_metrics *m, size_t *len);
+
+#endif /* ND_METRICS_H */
