@@ -1,0 +1,480 @@
+/*
+ * request.c - what both wire formats share: request validation and the (outer, mid, inner) view,
+ * the JSON answer encoder, the error body, and small helpers for the server.
+ *
+ * Messages name the field and say what was wrong with it, in the words the client used
+ * ("shape[1]=0: every dimension must be at least 1"); user-supplied strings are shortened and
+ * stripped of control bytes before they are echoed.
+ */
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "request.h"
+
+/* ======================================================================== errors and helpers */
+
+int nd_proto_fail(nd_error *err, int status, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+void nd_proto_quote(char *out, size_t size, const char *s, size_t len)
+{
+    const size_t keep = 40;
+    size_t n = 0;
+    if (size == 0)
+        return;
+    for (size_t i = 0; i < len && i < keep && n + 1 < size; i++) {
+        unsigned char c = (unsigned char)s[i];
+        out[n++] = (c < 0x20 || c == 0x7f || c == '"' || c == '\\') ? '?' : (char)c;
+    }
+    if (len > keep && n + 4 < size) {
+        memcpy(out + n, "...", 3);
+        n += 3;
+    }
+    out[n] = '\0';
+}
+
+void nd_request_free(nd_request *req)
+{
+    if (!req)
+        return;
+    free(req->owned);
+    req->owned = NULL;
+}
+
+int nd_request_begin(nd_request *req, nd_op op, nd_wire wire, nd_error *err)
+{
+    memset(req, 0, sizeof *req);
+    if ((unsigned)op >= ND_OP_COUNT)
+        return nd_proto_fail(err, 400, "unknown operator %d", (int)op);
+    req->op = op;
+    req->wire = wire;
+    req->dtype = ND_FLOAT32;
+    req->outputs = ND_OUT_Y;
+    return 0;
+}
+
+/* ======================================================================== metadata checks */
+
+int nd_request_set_dtype(nd_request *req, const char *name, nd_error *err)
+{
+    nd_dtype dt;
+    if (nd_dtype_from_name(name, &dt) != 0) {
+        char q[64];
+        nd_proto_quote(q, sizeof q, name, strlen(name));
+        return nd_proto_fail(err, 400,
+                             "dtype: unknown \"%s\"; expected float32, float16 or bfloat16", q);
+    }
+    req->dtype = dt;
+    return 0;
+}
+
+int nd_request_add_output(nd_request *req, const char *name, size_t len, const char *where,
+                          nd_error *err)
+{
+    char q[64];
+    if (len == 1 && name[0] == 'y') {
+        req->outputs |= ND_OUT_Y;
+        return 0;
+    }
+    if (len == 4 && memcmp(name, "mean", 4) == 0) {
+        if (req->op != ND_OP_LAYERNORM)
+            return nd_proto_fail(err, 400, "%s: \"mean\" is produced by layernorm only, not %s",
+                                 where, nd_op_name(req->op));
+        req->outputs |= ND_OUT_MEAN;
+        return 0;
+    }
+    if (len == 4 && memcmp(name, "rstd", 4) == 0) {
+        if (!nd_op_is_norm(req->op))
+            return nd_proto_fail(err, 400,
+                                 "%s: \"rstd\" is produced by layernorm and rmsnorm only, not %s",
+                                 where, nd_op_name(req->op));
+        req->outputs |= ND_OUT_RSTD;
+        return 0;
+    }
+    nd_proto_quote(q, sizeof q, name, len);
+    return nd_proto_fail(err, 400, "%s: unknown output \"%s\"; expected %s", where, q,
+                         req->op == ND_OP_LAYERNORM ? "y, mean or rstd"
+                         : req->op == ND_OP_RMSNORM ? "y or rstd"
+                                                    : "y");
+}
+
+int nd_request_set_params(nd_request *req, const char *name, size_t len, nd_error *err)
+{
+    int ok = len >= 1 && len < ND_PARAMS_NAME_MAX;
+    for (size_t i = 0; ok && i < len; i++) {
+        char c = name[i];
+        ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+             c == '_' || c == '.' || c == '-';
+    }
+    if (!ok) {
+        char q[64];
+        nd_proto_quote(q, sizeof q, name, len);
+        return nd_proto_fail(err, 400,
+                             "params: \"%s\" is not a valid name (1 to %d characters of "
+                             "A-Z a-z 0-9 _ . -)",
+                             q, ND_PARAMS_NAME_MAX - 1);
+    }
+    memcpy(req->params, name, len);
+    req->params[len] = '\0';
+    return 0;
+}
+
+int nd_request_set_eps(nd_request *req, double eps, nd_error *err)
+{
+    float f = (float)eps;
+    if (!isfinite(eps) || !(eps > 0))
+        return nd_proto_fail(err, 400, "eps=%g: must be a finite number greater than 0", eps);
+    if (!(f > 0) || isinf(f))
+        return nd_proto_fail(err, 400, "eps=%g: does not fit a positive float32", eps);
+    req->eps = f;
+    return 0;
+}
+
+int nd_request_check_dim(int i, int64_t v, nd_error *err)
+{
+    if (v < 1)
+        return nd_proto_fail(err, 400,
+                             "shape[%d]=%lld: every dimension must be at least 1", i,
+                             (long long)v);
+    return 0;
+}
+
+void nd_request_shape_str(const nd_request *req, char *buf, size_t size)
+{
+    size_t n = 0;
+    if (size == 0)
+        return;
+    buf[0] = '\0';
+    n += (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < req->ndim && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%lld", i ? "," : "",
+                              (long long)req->shape[i]);
+    if (n < size)
+        snprintf(buf + n, size - n, "]");
+}
+
+int nd_request_finish(nd_request *req, int has_axis, int64_t axis, int64_t max_elems,
+                      nd_error *err)
+{
+    const int nd = req->ndim;
+    const char *opname = nd_op_name(req->op);
+    int64_t elems = 1;
+    int64_t bytes;
+    char s[ND_MAX_DIMS * 21 + 4];
+
+    if (nd < 1 || nd > ND_MAX_DIMS)
+        return nd_proto_fail(err, 400, "shape: must have 1 to %d dimensions, got %d",
+                             ND_MAX_DIMS, nd);
+    for (int i = 0; i < nd; i++) {
+        int rc = nd_request_check_dim(i, req->shape[i], err);
+        if (rc)
+            return rc;
+        if (__builtin_mul_overflow(elems, req->shape[i], &elems)) {
+            nd_request_shape_str(req, s, sizeof s);
+            return nd_proto_fail(err, 400, "shape %s: the element count overflows 64 bits", s);
+        }
+    }
+    if (__builtin_mul_overflow(elems, (int64_t)nd_dtype_size(req->dtype), &bytes)) {
+        nd_request_shape_str(req, s, sizeof s);
+        return nd_proto_fail(err, 400, "shape %s: the byte count overflows 64 bits", s);
+    }
+    if (max_elems > 0 && elems > max_elems) {
+        nd_request_shape_str(req, s, sizeof s);
+        return nd_proto_fail(err, 413,
+                             "shape %s: x has %lld elements, more than the limit of %lld", s,
+                             (long long)elems, (long long)max_elems);
+    }
+    req->elems = elems;
+
+    switch (req->op) {
+    case ND_OP_LAYERNORM:
+    case ND_OP_RMSNORM:
+        if (has_axis && axis != -1 && axis != nd - 1)
+            return nd_proto_fail(err, 400,
+                                 "axis=%lld: %s normalizes over the last dimension only "
+                                 "(axis -1 or %d)",
+                                 (long long)axis, opname, nd - 1);
+        req->axis = nd - 1;
+        req->mid = req->shape[nd - 1];
+        req->outer = elems / req->mid;
+        req->inner = 1;
+        if (req->eps == 0)
+            req->eps = req->op == ND_OP_LAYERNORM ? ND_LAYERNORM_EPS_DEFAULT
+                                                  : ND_RMSNORM_EPS_DEFAULT;
+        break;
+    case ND_OP_SOFTMAX:
+    case ND_OP_LOG_SOFTMAX: {
+        int64_t a = has_axis ? axis : -1;
+        if (a < -nd || a >= nd)
+            return nd_proto_fail(err, 400,
+                                 "axis=%lld is out of range for a tensor of rank %d "
+                                 "(expected %d..%d)",
+                                 (long long)axis, nd, -nd, nd - 1);
+        if (a < 0)
+            a += nd;
+        req->axis = (int)a;
+        req->outer = 1;
+        for (int i = 0; i < a; i++)
+            req->outer *= req->shape[i];
+        req->mid = req->shape[a];
+        req->inner = elems / req->outer / req->mid;
+        break;
+    }
+    case ND_OP_PRELU:
+        if (has_axis)
+            return nd_proto_fail(err, 400, "axis: not accepted by prelu");
+        req->axis = nd - 1;
+        req->outer = req->shape[0];
+        req->mid = nd >= 2 ? req->shape[1] : 1;
+        req->inner = elems / req->outer / req->mid;
+        break;
+    default:
+        return nd_proto_fail(err, 400, "unknown operator %d", (int)req->op);
+    }
+    req->outputs |= ND_OUT_Y;
+    return 0;
+}
+
+/* ======================================================================== small public helpers */
+
+int64_t nd_request_stat_rows(const nd_request *req)
+{
+    return nd_op_is_norm(req->op) ? req->outer : 0;
+}
+
+void nd_proto_format_shape(const nd_request *req, char *buf, size_t size)
+{
+    size_t n = 0;
+    if (size == 0)
+        return;
+    buf[0] = '\0';
+    for (int i = 0; i < req->ndim && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%lld", i ? "," : "",
+                              (long long)req->shape[i]);
+}
+
+/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 when it is not one. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t len;
+    unsigned cp;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef)
+        len = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4)
+        len = 4, cp = c & 0x07;
+    else
+        return 0;
+    if (len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return len;
+}
+
+char *nd_proto_error_json(const char *msg)
+{
+    static const char head[] = "{\"error\":\"";
+    static const char tail[] = "\"}";
+    const unsigned char *s = (const unsigned char *)(msg ? msg : "unknown error");
+    size_t n = strlen((const char *)s);
+    /* worst case: every byte becomes \ufffd or \u00XX (6 bytes) */
+    char *out = malloc(sizeof head + n * 6 + sizeof tail);
+    char *p;
+    if (!out)
+        return NULL;
+    p = out;
+    memcpy(p, head, sizeof head - 1);
+    p += sizeof head - 1;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = s[i];
+        size_t len;
+        if (c == '"' || c == '\\') {
+            *p++ = '\\';
+            *p++ = (char)c;
+            i++;
+        } else if (c < 0x20 || c == 0x7f) {
+            p += sprintf(p, "\\u%04x", c);
+            i++;
+        } else if ((len = utf8_len(s + i, n - i)) != 0) {
+            memcpy(p, s + i, len);
+            p += len;
+            i += len;
+        } else {
+            memcpy(p, "\\ufffd", 6);
+            p += 6;
+            i++;
+        }
+    }
+    memcpy(p, tail, sizeof tail);
+    return out;
+}
+
+/* ======================================================================== JSON answers */
+
+/*
+ * float16 and bfloat16 have 65536 values each, so the shortest decimal that reads back as the same
+ * value is computed once per bit pattern, on first use, into a table; encoding is then a copy per
+ * element. The read-back uses the parser's own rounding (nd_store_f64), so what we print is what
+ * nd_proto_parse_json would take back bit for bit.
+ */
+typedef struct short_str {
+    char s[23];
+    unsigned char len;
+} short_str;
+
+static short_str half_table[65536];
+static short_str bf16_table[65536];
+static pthread_once_t half_once = PTHREAD_ONCE_INIT;
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+
+static void table_fill(nd_dtype dt, short_str *table)
+{
+    for (uint32_t bits = 0; bits < 65536; bits++) {
+        uint16_t h = (uint16_t)bits;
+        float v = dt == ND_FLOAT16 ? nd_half_to_float(h) : nd_bf16_to_float(h);
+        short_str *e = &table[bits];
+        if (!isfinite(v)) {
+            memcpy(e->s, "null", 4);
+            e->len = 4;
+            continue;
+        }
+        for (int prec = 3; prec <= 9; prec++) {
+            uint16_t back = 0;
+            int n = snprintf(e->s, sizeof e->s, "%.*g", prec, (double)v);
+            nd_store_f64(dt, &back, 0, strtod(e->s, NULL));
+            e->len = (unsigned char)n;
+            if (back == h)
+                break;
+        }
+    }
+}
+
+static void half_init(void)
+{
+    table_fill(ND_FLOAT16, half_table);
+}
+
+static void bf16_init(void)
+{
+    table_fill(ND_BFLOAT16, bf16_table);
+}
+
+/* The longest text one float32 takes: "%.9g" as in "-1.17549435e-38", or "null". */
+#define F32_TEXT_MAX 16
+
+static char *put_f32(char *p, float v)
+{
+    if (!isfinite(v)) {
+        memcpy(p, "null", 4);
+        return p + 4;
+    }
+    return p + snprintf(p, F32_TEXT_MAX + 1, "%.9g", (double)v);
+}
+
+static char *put_stats(char *p, const char *name, const float *v, int64_t n)
+{
+    p += sprintf(p, ",\"%s\":[", name);
+    for (int64_t i = 0; i < n; i++) {
+        if (i)
+            *p++ = ',';
+        p = put_f32(p, v[i]);
+    }
+    *p++ = ']';
+    return p;
+}
+
+int nd_proto_encode_json(const nd_request *req, const void *y, const float *mean,
+                         const float *rstd, char **out, size_t *out_len)
+{
+    const int64_t n = req->elems;
+    const int64_t stats = nd_request_stat_rows(req);
+    const int want_mean = (req->outputs & ND_OUT_MEAN) && mean && stats > 0;
+    const int want_rstd = (req->outputs & ND_OUT_RSTD) && rstd && stats > 0;
+    const short_str *table = NULL;
+    size_t cap, per = F32_TEXT_MAX + 1, extra;
+    char *buf, *p;
+
+    *out = NULL;
+    if (out_len)
+        *out_len = 0;
+    if (req->dtype == ND_FLOAT16) {
+        pthread_once(&half_once, half_init);
+        table = half_table;
+    } else if (req->dtype == ND_BFLOAT16) {
+        pthread_once(&bf16_once, bf16_init);
+        table = bf16_table;
+    }
+
+    /* An upper bound, so the loops below write without checking: the fixed text, the shape, then
+     * F32_TEXT_MAX + 1 bytes per number (a 16-bit table entry is shorter). */
+    extra = 64 + (size_t)ND_MAX_DIMS * 21 + 32;
+    if (__builtin_mul_overflow((size_t)n, per, &cap) || __builtin_add_overflow(cap, extra, &cap))
+        return -1;
+    for (int k = 0; k < want_mean + want_rstd; k++) {
+        size_t s;
+        if (__builtin_mul_overflow((size_t)stats, per, &s) ||
+            __builtin_add_overflow(cap, s + 16, &cap))
+            return -1;
+    }
+    buf = malloc(cap);
+    if (!buf)
+        return -1;
+
+    p = buf;
+    p += sprintf(p, "{\"shape\":[");
+    for (int i = 0; i < req->ndim; i++)
+        p += sprintf(p, "%s%lld", i ? "," : "", (long long)req->shape[i]);
+    p += sprintf(p, "],\"dtype\":\"%s\",\"data\":[", nd_dtype_name(req->dtype));
+    if (table) {
+        const uint16_t *h = y;
+        for (int64_t i = 0; i < n; i++) {
+            const short_str *e = &table[h[i]];
+            if (i)
+                *p++ = ',';
+            memcpy(p, e->s, e->len);
+            p += e->len;
+        }
+    } else {
+        const float *f = y;
+        for (int64_t i = 0; i < n; i++) {
+            if (i)
+                *p++ = ',';
+            p = put_f32(p, f[i]);
+        }
+    }
+    *p++ = ']';
+    if (want_mean)
+        p = put_stats(p, "mean", mean, stats);
+    if (want_rstd)
+        p = put_stats(p, "rstd", rstd, stats);
+    *p++ = '}';
+    *p = '\0';
+    *out = buf;
+    if (out_len)
+        *out_len = (size_t)(p - buf);
+    return 0;
+}
