@@ -71,7 +71,9 @@ typedef struct nd_request {
     const void *gamma;
     const void *beta;
     const void *alpha;
-    int64_t alpha_count;        /* prelu: 1 (shared) or mid (per channel); from inline or registry */
+    int64_t alpha_count;        /* prelu: 1 (shared) or mid (per channel); from inline or registry
+                                 * (the parsers leave it 0 when params names a set: the server
+                                 * fills it in from the registry) */
     char params[ND_PARAMS_NAME_MAX]; /* name of a registered parameter set, "" when none */
 
     void *owned;
@@ -84,9 +86,10 @@ void nd_request_free(nd_request *req);
 #define ND_RMSNORM_EPS_DEFAULT 1e-6f
 
 /*
- * Parse a JSON body for operator op. Returns 0 and fills *req, or an HTTP status (400, 413, 422)
- * with a message in err naming the field. The body need not be NUL-terminated.
- * max_elems bounds the element count of x (a 413 beyond it).
+ * Parse a JSON body for operator op. Returns 0 and fills *req, or an HTTP status (400 invalid,
+ * 413 too large, 500 out of memory) with a message in err naming the field; on failure *req owns
+ * nothing (nd_request_free is harmless). The body need not be NUL-terminated.
+ * max_elems bounds the element count of x (a 413 beyond it; 0 or less: no bound).
  */
 int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elems,
                         nd_request *req, nd_error *err);
@@ -95,15 +98,18 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
  * Parse a raw binary request: metadata from the query string (shape, dtype, eps, axis, affine,
  * alpha=shared|channel, outputs, params), tensors from the body: x, then gamma and beta (layernorm,
  * affine=1) or weight (rmsnorm, affine=1) or alpha (prelu, always). The request's tensor pointers
- * point into body, which must outlive the request. Returns 0 or an HTTP status as above.
+ * point into body, which must outlive the request; they are as aligned as body is, so may be
+ * unaligned for the dtype (read through memcpy). Returns 0 or an HTTP status as above.
  */
 int nd_proto_parse_binary(nd_op op, const nd_kv *query, size_t nquery, const void *body,
                           size_t len, int64_t max_elems, nd_request *req, nd_error *err);
 
 /*
  * Encode a JSON answer {"shape":[...],"dtype":"...","data":[...]} plus "mean"/"rstd" when the
- * request asked for them (mean/rstd hold req->outer * ... rows; see nd_request_stat_rows).
- * *out is malloc'ed; returns 0, or -1 on allocation failure.
+ * request asked for them and the pointer is not NULL (each holds nd_request_stat_rows(req)
+ * floats). y holds req->elems elements of req->dtype. Numbers are the shortest decimal that reads
+ * back as the same value (float32: "%.9g"); JSON has no infinity or NaN, so non-finite values are
+ * written as null. *out is malloc'ed and NUL-terminated; returns 0, or -1 on allocation failure.
  */
 int nd_proto_encode_json(const nd_request *req, const void *y, const float *mean,
                          const float *rstd, char **out, size_t *out_len);
