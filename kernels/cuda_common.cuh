@@ -1,0 +1,355 @@
+/*
+ * cuda_common.cuh - the device pieces every normd CUDA kernel shares, written once.
+ *
+ *   error handling   ND_CUDA_TRY turns a failed CUDA call into nd_error_set(err, ND_EDEVICE, ...)
+ *                    and returns it; ND_CUDA_CHECK_LAUNCH does the same for the last launch. Errors
+ *                    are values: nothing here prints or exits.
+ *   dtype traits     nd_cuda_type<T>: float / __half / __nv_bfloat16 <-> float, the nd_dtype tag
+ *                    and the number of elements in a 16-byte pack.
+ *   packs            16-byte aligned pack types and load/store helpers that convert to and from
+ *                    float registers (ld.global.nc / streaming variants for data read once).
+ *   reductions       all-reduce over a group of W lanes of a warp (W = 1..32), over a block and over
+ *                    a thread-block cluster through distributed shared memory (sm_90). Each takes
+ *                    K floats at once and a combine functor, so a (max, sum) softmax pair or a
+ *                    (sum, sum of squares) pair costs one round, and every participant gets the
+ *                    same bits back (combining always runs in the same order).
+ *   device info      one cached record per device: SM count, shared memory limits, cluster support
+ *                    (kernels/device.cu fills it).
+ *
+ * Host code that includes this must be compiled by nvcc (the .cu files of kernels/ and bench/).
+ */
+#ifndef ND_CUDA_COMMON_CUH
+#define ND_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cooperative_groups.h>
+#include <stdint.h>
+
+#include "nd_ops.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * Errors
+ * ------------------------------------------------------------------------------------------- */
+
+/* Evaluate a cudaError_t expression; on failure fill err and return ND_EDEVICE from the caller
+ * (which must return nd_status). */
+#define ND_CUDA_TRY(err, call)                                                                     \
+    do {                                                                                           \
+        cudaError_t nd_e_ = (call);                                                                \
+        if (nd_e_ != cudaSuccess)                                                                  \
+            return nd_error_set((err), ND_EDEVICE, "%s: %s", #call, cudaGetErrorString(nd_e_));   \
+    } while (0)
+
+/* After a <<<>>> launch or cudaLaunchKernelEx: a bad configuration shows up here. */
+#define ND_CUDA_CHECK_LAUNCH(err, what)                                                            \
+    do {                                                                                           \
+        cudaError_t nd_e_ = cudaGetLastError();                                                    \
+        if (nd_e_ != cudaSuccess)                                                                  \
+            return nd_error_set((err), ND_EDEVICE, "launch of %s: %s", (what),                     \
+                                cudaGetErrorString(nd_e_));                                        \
+    } while (0)
+
+/* ---------------------------------------------------------------------------------------------
+ * Device info (kernels/device.cu)
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct nd_cuda_device_info {
+    int device;
+    int cc_major, cc_minor;
+    int sm_count;
+    int max_threads_per_sm;
+    int regs_per_sm;
+    size_t smem_per_block_optin; /* the most dynamic+static shared memory one block may ask for */
+    size_t smem_per_sm;
+    int l2_bytes;
+    int cluster_launch;          /* 1 when thread-block clusters can be launched (sm_90+) */
+} nd_cuda_device_info;
+
+/* The record of the current device, filled on first use and cached for the process (thread-safe).
+ * Returns ND_OK and sets *out, or ND_EDEVICE / ND_EUNSUPPORTED with a message. */
+nd_status nd_cuda_device_info_get(const nd_cuda_device_info **out, nd_error *err);
+
+/* Softmax over a non-last axis (inner > 1), in kernels/softmax_axis.cu. a has passed
+ * nd_softmax_args_check. nd_cuda_softmax calls it for every inner > 1. */
+nd_status nd_cuda_softmax_axis(const nd_softmax_args *a, int log, cudaStream_t stream,
+                               nd_error *err);
+
+/* Blocks to launch for a grid-stride kernel: enough to fill every SM at the occupancy the
+ * kernel reaches with this block size and shared memory, capped at `work` blocks. */
+template <class Kernel>
+static inline nd_status nd_cuda_grid_size(Kernel kernel, int threads, size_t smem, int64_t work,
+                                          const nd_cuda_device_info *di, int *grid, nd_error *err)
+{
+    int per_sm = 0;
+    ND_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    if (per_sm < 1)
+        return nd_error_set(err, ND_EDEVICE, "kernel cannot run with %d threads and %zu bytes of "
+                            "shared memory per block", threads, smem);
+    int64_t full = (int64_t)per_sm * di->sm_count;
+    *grid = (int)(work < full ? work : full);
+    return ND_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Dtype traits
+ * ------------------------------------------------------------------------------------------- */
+
+template <class T> struct nd_cuda_type;
+
+template <> struct nd_cuda_type<float> {
+    static constexpr nd_dtype dtype = ND_FLOAT32;
+    static constexpr int pack = 4;
+    static __device__ __forceinline__ float to_float(float v) { return v; }
+    static __device__ __forceinline__ float from_float(float v) { return v; }
+};
+
+template <> struct nd_cuda_type<__half> {
+    static constexpr nd_dtype dtype = ND_FLOAT16;
+    static constexpr int pack = 8;
+    static __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+    static __device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
+};
+
+template <> struct nd_cuda_type<__nv_bfloat16> {
+    static constexpr nd_dtype dtype = ND_BFLOAT16;
+    static constexpr int pack = 8;
+    static __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+    static __device__ __forceinline__ __nv_bfloat16 from_float(float v)
+    {
+        return __float2bfloat16_rn(v);
+    }
+};
+
+template <class T> __device__ __forceinline__ float nd_to_float(T v)
+{
+    return nd_cuda_type<T>::to_float(v);
+}
+
+template <class T> __device__ __forceinline__ T nd_from_float(float v)
+{
+    return nd_cuda_type<T>::from_float(v);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Packs: N elements of T in one aligned chunk (N * sizeof(T) <= 16).
+ * ------------------------------------------------------------------------------------------- */
+
+template <class T, int N> struct alignas(sizeof(T) * N) nd_pack {
+    T v[N];
+};
+
+/* The raw 16-byte (or smaller) word a pack of N T's travels in. */
+template <int BYTES> struct nd_word;
+template <> struct nd_word<16> { typedef uint4 type; };
+template <> struct nd_word<8> { typedef uint2 type; };
+template <> struct nd_word<4> { typedef unsigned type; };
+template <> struct nd_word<2> { typedef unsigned short type; };
+
+/* Load N elements at p (aligned to N * sizeof(T)) into floats. Read-only path (ld.global.nc). */
+template <class T, int N>
+__device__ __forceinline__ void nd_load_pack(const T *p, float (&out)[N])
+{
+    typedef typename nd_word<sizeof(T) * N>::type W;
+    union { W w; nd_pack<T, N> pk; } u;
+    u.w = __ldg(reinterpret_cast<const W *>(p));
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        out[i] = nd_to_float(u.pk.v[i]);
+}
+
+/* Same, streaming (evict-first): for data read exactly once, so it does not push parameters or
+ * the other buffers out of L2. */
+template <class T, int N>
+__device__ __forceinline__ void nd_load_pack_stream(const T *p, float (&out)[N])
+{
+    typedef typename nd_word<sizeof(T) * N>::type W;
+    union { W w; nd_pack<T, N> pk; } u;
+    u.w = __ldcs(reinterpret_cast<const W *>(p));
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        out[i] = nd_to_float(u.pk.v[i]);
+}
+
+/* Store N floats, rounded to T, at p (aligned to N * sizeof(T)). */
+template <class T, int N>
+__device__ __forceinline__ void nd_store_pack(T *p, const float (&in)[N])
+{
+    typedef typename nd_word<sizeof(T) * N>::type W;
+    union { W w; nd_pack<T, N> pk; } u;
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        u.pk.v[i] = nd_from_float<T>(in[i]);
+    *reinterpret_cast<W *>(p) = u.w;
+}
+
+/* Streaming store (evict-first) for outputs nobody reads back soon. */
+template <class T, int N>
+__device__ __forceinline__ void nd_store_pack_stream(T *p, const float (&in)[N])
+{
+    typedef typename nd_word<sizeof(T) * N>::type W;
+    union { W w; nd_pack<T, N> pk; } u;
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        u.pk.v[i] = nd_from_float<T>(in[i]);
+    __stcs(reinterpret_cast<W *>(p), u.w);
+}
+
+template <class T> __device__ __forceinline__ float nd_load1(const T *p)
+{
+    return nd_to_float(__ldg(p));
+}
+
+template <class T> __device__ __forceinline__ void nd_store1(T *p, float v)
+{
+    *p = nd_from_float<T>(v);
+}
+
+/* True when p is aligned to `bytes` (a power of two). Host and device. */
+__host__ __device__ __forceinline__ bool nd_aligned(const void *p, size_t bytes)
+{
+    return ((uintptr_t)p & (bytes - 1)) == 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Reductions. Combine functors work on K floats at once: a[i] = combine(a, b).
+ * ------------------------------------------------------------------------------------------- */
+
+struct nd_op_sum {
+    template <int K> __device__ __forceinline__ void operator()(float (&a)[K], const float (&b)[K]) const
+    {
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            a[i] += b[i];
+    }
+};
+
+struct nd_op_max {
+    template <int K> __device__ __forceinline__ void operator()(float (&a)[K], const float (&b)[K]) const
+    {
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            a[i] = fmaxf(a[i], b[i]);
+    }
+};
+
+/* Online-softmax pair (max m, sum s of exp(x - m)): merging rescales the smaller side's sum.
+ * An empty side is (-inf, 0). */
+struct nd_op_softmax_pair {
+    __device__ __forceinline__ void operator()(float (&a)[2], const float (&b)[2]) const
+    {
+        float m = fmaxf(a[0], b[0]);
+        if (m == -INFINITY) /* both empty (or all -inf): keep the sum 0 and avoid inf - inf */
+            return;
+        a[1] = a[1] * exp2f((a[0] - m) * 1.4426950408889634f) +
+               b[1] * exp2f((b[0] - m) * 1.4426950408889634f);
+        a[0] = m;
+    }
+};
+
+/* All-reduce over aligned groups of W consecutive lanes (W a power of two <= 32). Every lane of
+ * the group ends with the same result. All 32 lanes of the warp must take part. */
+template <int W, int K, class Op>
+__device__ __forceinline__ void nd_warp_allreduce(float (&v)[K], Op op)
+{
+#pragma unroll
+    for (int mask = W / 2; mask > 0; mask /= 2) {
+        float o[K];
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            o[i] = __shfl_xor_sync(0xffffffffu, v[i], mask, W);
+        /* xor pairs see (a, b) and (b, a); combine in lane order so both get the same bits */
+        bool low = (threadIdx.x & mask) == 0;
+        float lo[K], hi[K];
+#pragma unroll
+        for (int i = 0; i < K; i++) {
+            lo[i] = low ? v[i] : o[i];
+            hi[i] = low ? o[i] : v[i];
+        }
+        op(lo, hi);
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            v[i] = lo[i];
+    }
+}
+
+/* Shared memory one block all-reduce needs: two rounds' worth of per-warp slots, so consecutive
+ * reductions need only one __syncthreads each (round r writes slots[r & 1]; the barrier of round
+ * r+1 separates round r's reads from round r+2's writes). */
+template <int K> struct nd_block_reduce_smem {
+    float slots[2][32][K];
+};
+
+/* All-reduce over the whole block (blockDim.x a multiple of 32, all threads take part). `round`
+ * counts the calls that share this smem, starting at 0. */
+template <int K, class Op>
+__device__ __forceinline__ void nd_block_allreduce(float (&v)[K], Op op, nd_block_reduce_smem<K> &sm,
+                                                   int round)
+{
+    nd_warp_allreduce<32, K>(v, op);
+    const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    float(*slot)[K] = sm.slots[round & 1];
+    if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            slot[warp][i] = v[i];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < K; i++)
+        v[i] = slot[0][i];
+    for (int w = 1; w < nwarps; w++) {
+        float o[K];
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            o[i] = slot[w][i];
+        op(v, o);
+    }
+}
+
+/* Shared memory a cluster all-reduce needs on top of the block's: one slot per round parity,
+ * read by the other blocks of the cluster through distributed shared memory. */
+template <int K> struct nd_cluster_reduce_smem {
+    nd_block_reduce_smem<K> block;
+    float slots[2][K];
+};
+
+/* All-reduce over every thread of a thread-block cluster (sm_90). Every thread of every block of
+ * the cluster ends with the same bits. Before a block exits, the cluster must sync once more
+ * (cooperative_groups::this_cluster().sync()) so no block's shared memory goes away while another
+ * still reads it; consecutive rounds need no extra barrier (see nd_block_reduce_smem). */
+template <int K, class Op>
+__device__ __forceinline__ void nd_cluster_allreduce(float (&v)[K], Op op,
+                                                     nd_cluster_reduce_smem<K> &sm, int round)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    nd_block_allreduce<K>(v, op, sm.block, round);
+    float *mine = sm.slots[round & 1];
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            mine[i] = v[i];
+    }
+    cluster.sync();
+    const unsigned n = cluster.num_blocks();
+    const float *r0 = cluster.map_shared_rank(mine, 0);
+#pragma unroll
+    for (int i = 0; i < K; i++)
+        v[i] = r0[i];
+    for (unsigned r = 1; r < n; r++) {
+        const float *rr = cluster.map_shared_rank(mine, r);
+        float o[K];
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            o[i] = rr[i];
+        op(v, o);
+    }
+#else
+    nd_block_allreduce<K>(v, op, sm.block, round);
+#endif
+}
+
+#endif /* ND_CUDA_COMMON_CUH */

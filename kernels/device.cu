@@ -1,0 +1,77 @@
+/*
+ * device.cu - device discovery and the per-device record the kernels size their launches from.
+ *
+ * nd_cuda_device_count() must be safe to call on a machine with no driver or no GPU: it asks the
+ * runtime once and turns any error into 0, printing nothing. nd_cuda_device_info_get() caches one
+ * nd_cuda_device_info per device the first time a kernel runs there; the launchers read SM count,
+ * shared-memory limits and cluster support from it instead of constants tuned to one card.
+ */
+#include <mutex>
+
+#include "cuda_common.cuh"
+
+/* ---------------------------------------------------------------------------------------------
+ * Device count
+ * ------------------------------------------------------------------------------------------- */
+
+extern "C" int nd_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear it so later calls start clean */
+        return 0;
+    }
+    return n;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Per-device info
+ * ------------------------------------------------------------------------------------------- */
+
+enum { ND_MAX_DEVICES = 64 };
+
+/* infos[d] is written once under lock, then published through ready[d]; readers that see ready
+ * set read it without the lock. */
+static std::mutex info_lock;
+static nd_cuda_device_info infos[ND_MAX_DEVICES];
+static volatile int ready[ND_MAX_DEVICES];
+
+static nd_status device_info_fill(int dev, nd_cuda_device_info *di, nd_error *err)
+{
+    cudaDeviceProp p;
+    ND_CUDA_TRY(err, cudaGetDeviceProperties(&p, dev));
+    int cluster = 0;
+    ND_CUDA_TRY(err, cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, dev));
+    di->device = dev;
+    di->cc_major = p.major;
+    di->cc_minor = p.minor;
+    di->sm_count = p.multiProcessorCount;
+    di->max_threads_per_sm = p.maxThreadsPerMultiProcessor;
+    di->regs_per_sm = p.regsPerMultiprocessor;
+    di->smem_per_block_optin = p.sharedMemPerBlockOptin;
+    di->smem_per_sm = p.sharedMemPerMultiprocessor;
+    di->l2_bytes = p.l2CacheSize;
+    di->cluster_launch = cluster != 0;
+    return ND_OK;
+}
+
+nd_status nd_cuda_device_info_get(const nd_cuda_device_info **out, nd_error *err)
+{
+    int dev = 0;
+    ND_CUDA_TRY(err, cudaGetDevice(&dev));
+    if (dev < 0 || dev >= ND_MAX_DEVICES)
+        return nd_error_set(err, ND_EUNSUPPORTED, "device %d: more than %d devices", dev,
+                            ND_MAX_DEVICES);
+    if (!ready[dev]) {
+        std::lock_guard<std::mutex> g(info_lock);
+        if (!ready[dev]) {
+            nd_status st = device_info_fill(dev, &infos[dev], err);
+            if (st != ND_OK)
+                return st;
+            __sync_synchronize();
+            ready[dev] = 1;
+        }
+    }
+    *out = &infos[dev];
+    return ND_OK;
+}
