@@ -1,0 +1,453 @@
+/*
+ * batcher.c - groups of queued jobs by batch key; one thread per engine slot packs, runs and
+ * scatters batches.
+ *
+ * There is no separate dispatcher: an idle slot thread is the dispatcher. That makes "launch when
+ * an executor is free and rows are waiting" the natural policy, and it means a batch is formed at
+ * the last moment, as large as the queue allows, exactly when something can run it.
+ */
+#include "batcher.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../kernels/nd_dtype.h"
+
+typedef struct group {
+    /* the key */
+    nd_op op;
+    nd_dtype dtype;
+    int64_t mid, inner;
+    float eps;
+    int64_t alpha_count;
+    const nd_param_set *pset;
+    /* queued jobs, oldest first; every job here has the same inline parameters as head */
+    nd_job *head, *tail;
+    int64_t rows;
+    struct group *next;
+} group;
+
+struct nd_batcher {
+    nd_config cfg;
+    nd_engine *engine;
+    nd_metrics *metrics;
+    pthread_t *threads;
+    int nthreads;
+
+    pthread_mutex_t lock; /* guards everything below */
+    pthread_cond_t wake;  /* signalled when jobs arrive or stopping is set */
+    group *groups;
+    int queued;           /* jobs in groups */
+    int closed;           /* no new jobs */
+    int stopping;         /* run everything queued now, then exit */
+    uint64_t batch_seq;   /* for fault injection */
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- keys ---- */
+
+static size_t param_bytes(const nd_request *r, const void *p, int is_alpha)
+{
+    if (!p)
+        return 0;
+    return (size_t)(is_alpha ? r->alpha_count : r->mid) * nd_dtype_size(r->dtype);
+}
+
+static int same_param(const nd_request *a, const nd_request *b, const void *pa, const void *pb,
+                      int is_alpha)
+{
+    if (!pa || !pb)
+        return pa == pb;
+    return memcmp(pa, pb, param_bytes(a, pa, is_alpha)) == 0;
+}
+
+static int key_matches(const group *g, const nd_job *j)
+{
+    const nd_request *r = &j->req, *h = &g->head->req;
+    if (g->op != r->op || g->dtype != r->dtype || g->mid != r->mid || g->inner != r->inner ||
+        g->pset != j->pset || g->alpha_count != r->alpha_count)
+        return 0;
+    if (memcmp(&g->eps, &r->eps, sizeof g->eps) != 0)
+        return 0;
+    return same_param(h, r, h->gamma, r->gamma, 0) && same_param(h, r, h->beta, r->beta, 0) &&
+           same_param(h, r, h->alpha, r->alpha, 1);
+}
+
+/* ---- queue ---- */
+
+int nd_batcher_submit(nd_batcher *b, nd_job *job)
+{
+    job->next = NULL;
+    job->status = 0;
+    job->t_enqueue = now_s();
+    pthread_mutex_lock(&b->lock);
+    if (b->closed || b->queued >= b->cfg.queue_limit) {
+        pthread_mutex_unlock(&b->lock);
+        return 503;
+    }
+    group *g = b->groups;
+    while (g && !key_matches(g, job))
+        g = g->next;
+    if (!g) {
+        g = calloc(1, sizeof *g);
+        if (!g) {
+            pthread_mutex_unlock(&b->lock);
+            return 503;
+        }
+        g->op = job->req.op;
+        g->dtype = job->req.dtype;
+        g->mid = job->req.mid;
+        g->inner = job->req.inner;
+        g->eps = job->req.eps;
+        g->alpha_count = job->req.alpha_count;
+        g->pset = job->pset;
+        g->next = b->groups;
+        b->groups = g;
+    }
+    if (g->tail)
+        g->tail->next = job;
+    else
+        g->head = job;
+    g->tail = job;
+    g->rows += job->req.outer;
+    b->queued++;
+    nd_metrics_queue_depth_add(b->metrics, 1);
+    pthread_mutex_unlock(&b->lock);
+    pthread_cond_signal(&b->wake);
+    return 0;
+}
+
+/* The ready group whose oldest job is oldest, or NULL; *deadline gets the earliest time at which
+ * a not-yet-ready group becomes ready (0 when none). Called with the lock held. */
+static group *pick_ready(nd_batcher *b, double now, double *deadline)
+{
+    group *best = NULL;
+    double delay = (double)b->cfg.max_delay_us * 1e-6;
+    *deadline = 0;
+    for (group *g = b->groups; g; g = g->next) {
+        double due = g->head->t_enqueue + delay;
+        int ready = b->stopping || g->rows >= b->cfg.max_batch_rows || due <= now;
+        if (ready) {
+            if (!best || g->head->t_enqueue < best->head->t_enqueue)
+                best = g;
+        } else if (*deadline == 0 || due < *deadline)
+            *deadline = due;
+    }
+    return best;
+}
+
+/* Pops whole jobs up to max_batch_rows (at least one) from g; frees g when it empties. Called
+ * with the lock held. Returns the jobs as a list, their count in *njobs. */
+static nd_job *take_jobs(nd_batcher *b, group *g, int *njobs)
+{
+    nd_job *first = g->head, *last = NULL;
+    int64_t rows = 0;
+    int n = 0;
+    while (g->head && (n == 0 || rows + g->head->req.outer <= b->cfg.max_batch_rows)) {
+        last = g->head;
+        rows += last->req.outer;
+        g->head = last->next;
+        n++;
+    }
+    last->next = NULL;
+    g->rows -= rows;
+    if (!g->head) {
+        group **pp = &b->groups;
+        while (*pp != g)
+            pp = &(*pp)->next;
+        *pp = g->next;
+        free(g);
+    }
+    b->queued -= n;
+    *njobs = n;
+    return first;
+}
+
+/* ---- running a batch ---- */
+
+static size_t align16(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
+static void finish_all(nd_batcher *b, nd_job *jobs, int status, const char *msg)
+{
+    for (nd_job *j = jobs, *next; j; j = next) {
+        next = j->next; /* done hands the job back; do not touch it afterwards */
+        if (status != 200) {
+            free(j->y);
+            free(j->mean);
+            free(j->rstd);
+            j->y = NULL;
+            j->mean = j->rstd = NULL;
+            snprintf(j->error, sizeof j->error, "%s", msg);
+        }
+        j->status = status;
+        j->done(j, j->done_arg);
+    }
+}
+
+static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
+{
+    const nd_request *h = &jobs->req;
+    const size_t esz = nd_dtype_size(h->dtype);
+    int64_t rows = 0;
+    unsigned want = 0;
+    for (nd_job *j = jobs; j; j = j->next) {
+        rows += j->req.outer;
+        want |= j->req.outputs;
+    }
+    const int is_norm = h->op == ND_OP_LAYERNORM || h->op == ND_OP_RMSNORM;
+    const int want_mean = is_norm && h->op == ND_OP_LAYERNORM && (want & ND_OUT_MEAN);
+    const int want_rstd = is_norm && (want & ND_OUT_RSTD);
+
+    const size_t x_bytes = (size_t)rows * (size_t)h->mid * (size_t)h->inner * esz;
+    const size_t pbytes[3] = {param_bytes(h, h->gamma, 0), param_bytes(h, h->beta, 0),
+                              param_bytes(h, h->alpha, 1)};
+    size_t in_bytes = align16(x_bytes);
+    for (int k = 0; k < 3; k++)
+        in_bytes += align16(pbytes[k]);
+    const size_t stat_bytes = align16((size_t)rows * sizeof(float));
+    const size_t out_bytes = align16(x_bytes) + (want_mean ? stat_bytes : 0) +
+                             (want_rstd ? stat_bytes : 0);
+
+    nd_error err = {{0}};
+    const double t_start = now_s();
+    const double wait_s = t_start - jobs->t_enqueue;
+    int device = b->engine->slot_device[slot];
+    void *in, *out;
+
+    /* Result buffers first: a failure here fails the batch before any work is done. */
+    int oom = 0;
+    for (nd_job *j = jobs; j; j = j->next) {
+        j->y = malloc((size_t)j->req.elems * esz);
+        j->mean = want_mean && (j->req.outputs & ND_OUT_MEAN)
+                      ? malloc((size_t)j->req.outer * sizeof(float))
+                      : NULL;
+        j->rstd = want_rstd && (j->req.outputs & ND_OUT_RSTD)
+                      ? malloc((size_t)j->req.outer * sizeof(float))
+                      : NULL;
+        if (!j->y || (want_mean && (j->req.outputs & ND_OUT_MEAN) && !j->mean) ||
+            (want_rstd && (j->req.outputs & ND_OUT_RSTD) && !j->rstd))
+            oom = 1;
+    }
+    if (oom) {
+        nd_metrics_batch(b->metrics, h->op, device, rows, njobs, wait_s, 0, 1);
+        finish_all(b, jobs, 500, "out of memory for the results");
+        return;
+    }
+    if (b->engine->vt->staging(b->engine, slot, in_bytes, out_bytes, &in, &out, &err) != ND_OK) {
+        nd_metrics_batch(b->metrics, h->op, device, rows, njobs, wait_s, 0, 1);
+        finish_all(b, jobs, 500, err.msg);
+        return;
+    }
+
+    /* Pack: every request's x, one after the other; then the shared inline parameters. */
+    char *p = in;
+    for (nd_job *j = jobs; j; j = j->next) {
+        size_t n = (size_t)j->req.elems * esz;
+        memcpy(p, j->req.x, n);
+        p += n;
+    }
+    nd_batch batch = {
+        .op = h->op,
+        .dtype = h->dtype,
+        .outer = rows,
+        .mid = h->mid,
+        .inner = h->inner,
+        .eps = h->eps,
+        .x = in,
+        .y = out,
+        .alpha_count = h->alpha_count,
+        .pset = jobs->pset,
+    };
+    p = (char *)in + align16(x_bytes);
+    const void *src[3] = {h->gamma, h->beta, h->alpha};
+    const void **dst[3] = {&batch.gamma, &batch.beta, &batch.alpha};
+    for (int k = 0; k < 3; k++) {
+        if (!src[k])
+            continue;
+        memcpy(p, src[k], pbytes[k]);
+        *dst[k] = p;
+        p += align16(pbytes[k]);
+    }
+    char *q = (char *)out + align16(x_bytes);
+    if (want_mean) {
+        batch.mean = (float *)q;
+        q += stat_bytes;
+    }
+    if (want_rstd)
+        batch.rstd = (float *)q;
+
+    int fault = 0;
+    pthread_mutex_lock(&b->lock);
+    uint64_t seq = ++b->batch_seq;
+    pthread_mutex_unlock(&b->lock);
+    if (b->cfg.fault_every > 0 && seq % (uint64_t)b->cfg.fault_every == 0)
+        fault = 1;
+
+    nd_metrics_inflight_add(b->metrics, device, 1);
+    nd_status st = fault ? nd_error_set(&err, ND_EDEVICE, "injected fault (--fault-every %d)",
+                                        b->cfg.fault_every)
+                         : b->engine->vt->run(b->engine, slot, &batch, &err);
+    nd_metrics_inflight_add(b->metrics, device, -1);
+    const double compute_s = now_s() - t_start;
+    nd_metrics_transfer(b->metrics, device, batch.h2d_bytes, batch.d2h_bytes);
+    nd_metrics_batch(b->metrics, h->op, device, rows, njobs, wait_s, compute_s, st != ND_OK);
+    if (b->cfg.verbose >= 3)
+        fprintf(stderr, "normd: batch %s rows=%lld jobs=%d slot=%d %.3f ms%s\n",
+                nd_op_name(h->op), (long long)rows, njobs, slot, compute_s * 1e3,
+                st == ND_OK ? "" : " FAILED");
+    if (st != ND_OK) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "backend %s failed: %s", b->engine->vt->name, err.msg);
+        if (b->cfg.verbose >= 1)
+            fprintf(stderr, "normd: %s\n", msg);
+        finish_all(b, jobs, 500, msg);
+        return;
+    }
+
+    /* Scatter: each request's rows of y and of the statistics, in the order they were packed. */
+    const char *y = out;
+    int64_t row0 = 0;
+    for (nd_job *j = jobs; j; j = j->next) {
+        size_t n = (size_t)j->req.elems * esz;
+        memcpy(j->y, y, n);
+        y += n;
+        if (j->mean)
+            memcpy(j->mean, batch.mean + row0, (size_t)j->req.outer * sizeof(float));
+        if (j->rstd)
+            memcpy(j->rstd, batch.rstd + row0, (size_t)j->req.outer * sizeof(float));
+        row0 += j->req.outer;
+    }
+    finish_all(b, jobs, 200, NULL);
+}
+
+/* ---- threads ---- */
+
+typedef struct slot_arg {
+    nd_batcher *b;
+    int slot;
+} slot_arg;
+
+static void *slot_main(void *arg)
+{
+    slot_arg *sa = arg;
+    nd_batcher *b = sa->b;
+    const int slot = sa->slot;
+    free(sa);
+    pthread_mutex_lock(&b->lock);
+    for (;;) {
+        double deadline;
+        group *g = pick_ready(b, now_s(), &deadline);
+        if (!g) {
+            if (b->stopping && !b->groups)
+                break;
+            if (deadline > 0) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                double wait = deadline - now_s();
+                if (wait < 0)
+                    wait = 0;
+                ts.tv_sec += (time_t)wait;
+                ts.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
+                if (ts.tv_nsec >= 1000000000L) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(&b->wake, &b->lock, &ts);
+            } else
+                pthread_cond_wait(&b->wake, &b->lock);
+            continue;
+        }
+        int njobs;
+        nd_job *jobs = take_jobs(b, g, &njobs);
+        /* Another slot may find more ready work at once. */
+        if (b->groups)
+            pthread_cond_signal(&b->wake);
+        pthread_mutex_unlock(&b->lock);
+        nd_metrics_queue_depth_add(b->metrics, -njobs);
+        run_batch(b, slot, jobs, njobs);
+        pthread_mutex_lock(&b->lock);
+    }
+    pthread_mutex_unlock(&b->lock);
+    return NULL;
+}
+
+nd_batcher *nd_batcher_create(const nd_config *cfg, nd_engine *engine, nd_metrics *metrics,
+                              nd_error *err)
+{
+    nd_batcher *b = calloc(1, sizeof *b);
+    if (!b) {
+        nd_error_set(err, ND_ENOMEM, "out of memory");
+        return NULL;
+    }
+    b->cfg = *cfg;
+    b->engine = engine;
+    b->metrics = metrics;
+    pthread_mutex_init(&b->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&b->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    b->threads = calloc((size_t)engine->nslots, sizeof *b->threads);
+    if (!b->threads) {
+        nd_error_set(err, ND_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (int s = 0; s < engine->nslots; s++) {
+        slot_arg *sa = malloc(sizeof *sa);
+        int rc = ENOMEM;
+        if (sa) {
+            sa->b = b;
+            sa->slot = s;
+            rc = pthread_create(&b->threads[s], NULL, slot_main, sa);
+        }
+        if (rc) {
+            free(sa);
+            nd_error_set(err, ND_ENOMEM, "cannot start batcher thread: %s", strerror(rc));
+            goto fail;
+        }
+        b->nthreads++;
+    }
+    return b;
+fail:
+    nd_batcher_destroy(b);
+    return NULL;
+}
+
+void nd_batcher_close(nd_batcher *b)
+{
+    pthread_mutex_lock(&b->lock);
+    b->closed = 1;
+    pthread_mutex_unlock(&b->lock);
+}
+
+void nd_batcher_destroy(nd_batcher *b)
+{
+    if (!b)
+        return;
+    pthread_mutex_lock(&b->lock);
+    b->closed = 1;
+    b->stopping = 1;
+    pthread_mutex_unlock(&b->lock);
+    pthread_cond_broadcast(&b->wake);
+    for (int s = 0; s < b->nthreads; s++)
+        pthread_join(b->threads[s], NULL);
+    /* With no threads (a failed create) nothing can have been queued. */
+    free(b->threads);
+    pthread_cond_destroy(&b->wake);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+}

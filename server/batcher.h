@@ -1,0 +1,61 @@
+/*
+ * batcher.h - gathers requests with the same batch key into one backend call.
+ *
+ * The batch key is everything a kernel launch shares: op, dtype, the view without outer
+ * (mid, inner), eps, the parameters (the bytes of inline parameters, or a registered set's
+ * generation) and alpha_count. Requests with equal keys are concatenated along outer.
+ *
+ * Each engine slot has one batcher thread. An idle thread takes the key whose oldest request has
+ * waited longest, once that key is ready: its queued rows reach max_batch_rows, or its oldest
+ * request has waited max_delay_us (0: at once, so an idle daemon answers immediately and batches
+ * grow only with load). A batch takes whole requests in arrival order up to max_batch_rows; a
+ * request larger than that runs alone. Requests are never split.
+ */
+#ifndef ND_BATCHER_H
+#define ND_BATCHER_H
+
+#include <stdint.h>
+
+#include "../proto/nd_proto.h"
+#include "config.h"
+#include "engine.h"
+#include "metrics.h"
+#include "params.h"
+
+typedef struct nd_job nd_job;
+typedef void (*nd_job_done_fn)(nd_job *job, void *arg);
+
+/* One request's journey through the batcher. The submitter owns it before submit and again
+ * after done is called; in between the batcher does. */
+struct nd_job {
+    nd_request req;
+    nd_param_set *pset; /* a reference taken by the submitter, or NULL */
+    /* results, set before done is called */
+    int status;           /* 200, or an HTTP error status */
+    char error[256];
+    void *y;              /* req.elems elements of req.dtype, malloc'ed; the submitter frees */
+    float *mean, *rstd;   /* req.outer floats each when asked for, malloc'ed */
+    nd_job_done_fn done;
+    void *done_arg;
+    /* private */
+    double t_enqueue;
+    nd_job *next;
+};
+
+typedef struct nd_batcher nd_batcher;
+
+nd_batcher *nd_batcher_create(const nd_config *cfg, nd_engine *engine, nd_metrics *metrics,
+                              nd_error *err);
+/* Stops taking jobs, runs everything already queued, joins the threads, frees. */
+void nd_batcher_destroy(nd_batcher *b);
+
+/*
+ * Queue a job. Returns 0 (done will be called exactly once, from a batcher thread), or 503 when
+ * the queue is full or the batcher is stopping (done is not called).
+ */
+int nd_batcher_submit(nd_batcher *b, nd_job *job);
+
+/* Stop accepting new jobs (submit answers 503); queued jobs still run. */
+void nd_batcher_close(nd_batcher *b);
+
+#endif /* ND_BATCHER_H */

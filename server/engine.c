@@ -1,0 +1,169 @@
+/*
+ * engine.c - the host engines (cpu, null) and the choice between engines.
+ *
+ * Both keep per-slot staging in ordinary heap memory: the batcher packs x there and the CPU
+ * backend computes straight from it. Two slots let one batch be packed or scattered while the
+ * other computes; the CPU backend itself spreads one batch over every core.
+ */
+#include "engine.h"
+
+#include "params.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HOST_SLOTS 2
+
+typedef struct host_engine {
+    nd_engine base;
+    struct {
+        void *in, *out;
+        size_t in_cap, out_cap;
+    } slot[HOST_SLOTS];
+} host_engine;
+
+static nd_status grow(void **p, size_t *cap, size_t want, nd_error *err)
+{
+    if (want <= *cap)
+        return ND_OK;
+    size_t n = want + want / 4; /* some headroom so a slowly growing batch does not realloc */
+    void *q = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    if (!q)
+        return nd_error_set(err, ND_ENOMEM, "cannot allocate %zu bytes of staging", n);
+    free(*p);
+    *p = q;
+    *cap = n;
+    return ND_OK;
+}
+
+static nd_status host_staging(nd_engine *e, int slot, size_t in_bytes, size_t out_bytes,
+                              void **in, void **out, nd_error *err)
+{
+    host_engine *h = (host_engine *)e;
+    nd_status st = grow(&h->slot[slot].in, &h->slot[slot].in_cap, in_bytes, err);
+    if (st == ND_OK)
+        st = grow(&h->slot[slot].out, &h->slot[slot].out_cap, out_bytes, err);
+    *in = h->slot[slot].in;
+    *out = h->slot[slot].out;
+    return st;
+}
+
+/* Parameters of a batch: inline ones, else the registered set's host copies. */
+static const void *pick(const void *inline_p, const struct nd_param_set *ps, int which)
+{
+    return inline_p ? inline_p : ps ? ps->host[which] : NULL;
+}
+
+static nd_status cpu_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
+{
+    switch (b->op) {
+    case ND_OP_LAYERNORM:
+    case ND_OP_RMSNORM: {
+        int ln = b->op == ND_OP_LAYERNORM;
+        nd_norm_args a = {
+            .dtype = b->dtype,
+            .rows = b->outer,
+            .cols = b->mid,
+            .x = b->x,
+            .y = b->y,
+            .gamma = pick(b->gamma, b->pset, ln ? ND_PARAM_GAMMA : ND_PARAM_WEIGHT),
+            .beta = ln ? pick(b->beta, b->pset, ND_PARAM_BETA) : NULL,
+            .eps = b->eps,
+            .mean = b->mean,
+            .rstd = b->rstd,
+        };
+        return ln ? nd_cpu_layernorm(&a, err) : nd_cpu_rmsnorm(&a, err);
+    }
+    case ND_OP_SOFTMAX:
+    case ND_OP_LOG_SOFTMAX: {
+        nd_softmax_args a = {b->dtype, b->outer, b->mid, b->inner, b->x, b->y};
+        return nd_cpu_softmax(&a, b->op == ND_OP_LOG_SOFTMAX, err);
+    }
+    case ND_OP_PRELU: {
+        nd_prelu_args a = {b->dtype, b->outer, b->mid, b->inner, b->x, b->y,
+                           pick(b->alpha, b->pset, ND_PARAM_ALPHA), b->alpha_count};
+        return nd_cpu_prelu(&a, err);
+    }
+    default:
+        return nd_error_set(err, ND_EINVAL, "unknown op %d", (int)b->op);
+    }
+}
+
+static nd_status null_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
+{
+    size_t n = (size_t)b->outer * (size_t)b->mid * (size_t)b->inner * nd_dtype_size(b->dtype);
+    memcpy(b->y, b->x, n);
+    if (b->mean)
+        memset(b->mean, 0, (size_t)b->outer * sizeof(float));
+    if (b->rstd)
+        memset(b->rstd, 0, (size_t)b->outer * sizeof(float));
+    return ND_OK;
+}
+
+static void host_destroy(nd_engine *e)
+{
+    host_engine *h = (host_engine *)e;
+    for (int s = 0; s < HOST_SLOTS; s++) {
+        free(h->slot[s].in);
+        free(h->slot[s].out);
+    }
+    free(h);
+}
+
+static const nd_engine_vt cpu_vt = {
+    .name = "cpu", .staging = host_staging, .run = cpu_run, .destroy = host_destroy};
+static const nd_engine_vt null_vt = {
+    .name = "null", .staging = host_staging, .run = null_run, .destroy = host_destroy};
+
+static nd_engine *host_create(const nd_engine_vt *vt, nd_error *err)
+{
+    host_engine *h = calloc(1, sizeof *h);
+    if (!h) {
+        nd_error_set(err, ND_ENOMEM, "out of memory");
+        return NULL;
+    }
+    h->base.vt = vt;
+    h->base.nslots = HOST_SLOTS;
+    h->base.ndevices = 1;
+    snprintf(h->base.device_label[0], sizeof h->base.device_label[0], "%s", vt->name);
+    return &h->base;
+}
+
+nd_engine *nd_engine_cpu_create(const nd_config *cfg, nd_error *err)
+{
+    nd_cpu_set_threads(cfg->cpu_threads);
+    return host_create(&cpu_vt, err);
+}
+
+nd_engine *nd_engine_null_create(const nd_config *cfg, nd_error *err)
+{
+    return host_create(&null_vt, err);
+}
+
+nd_engine *nd_engine_create(const nd_config *cfg, nd_error *err)
+{
+    switch (cfg->backend) {
+    case ND_BACKEND_CPU:
+        return nd_engine_cpu_create(cfg, err);
+    case ND_BACKEND_NULL:
+        return nd_engine_null_create(cfg, err);
+    case ND_BACKEND_CUDA:
+        return nd_engine_cuda_create(cfg, err);
+    default:
+        if (nd_cuda_device_count() > 0) {
+            nd_engine *e = nd_engine_cuda_create(cfg, err);
+            if (e)
+                return e;
+            fprintf(stderr, "normd: CUDA device present but unusable (%s); using the cpu "
+                            "backend\n", err ? err->msg : "");
+        }
+        return nd_engine_cpu_create(cfg, err);
+    }
+}
+
+void nd_engine_destroy(nd_engine *e)
+{
+    if (e)
+        e->vt->destroy(e);
+}

@@ -1,0 +1,77 @@
+/*
+ * engine.h - where batches run: the executors behind the batcher.
+ *
+ * An engine owns a fixed number of slots (executors). A slot is used by one batcher thread at a
+ * time: the batcher asks the slot for host staging buffers, packs the batch's inputs into them,
+ * calls run, and reads the outputs back from them. For the CPU engine the staging buffers are the
+ * compute buffers; for the CUDA engine they are pinned host memory and a slot is one stream on one
+ * device, so several batches are in flight at once and copies overlap compute.
+ *
+ * Engines: cpu (kernels/cpu.c), null (y = x, no compute: the HTTP ceiling), cuda (engine_cuda.c).
+ */
+#ifndef ND_ENGINE_H
+#define ND_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../kernels/nd_ops.h"
+#include "config.h"
+
+struct nd_param_set;
+
+/* One backend call: every pointer is host staging memory of the slot that runs it. */
+typedef struct nd_batch {
+    nd_op op;
+    nd_dtype dtype;
+    int64_t outer, mid, inner; /* the request view (proto/nd_proto.h), outer summed over jobs */
+    float eps;
+    const void *x;
+    void *y;
+    float *mean; /* NULL unless some request wants it */
+    float *rstd;
+    const void *gamma; /* inline parameters packed into staging, or NULL */
+    const void *beta;
+    const void *alpha;
+    int64_t alpha_count;
+    const struct nd_param_set *pset; /* registered parameters (their device copies), or NULL */
+    /* filled by run: bytes moved to and from a device, for metrics */
+    uint64_t h2d_bytes, d2h_bytes;
+} nd_batch;
+
+typedef struct nd_engine nd_engine;
+
+typedef struct nd_engine_vt {
+    const char *name;
+    /* Host staging for a slot, grown as needed and kept: *in holds in_bytes, *out out_bytes. */
+    nd_status (*staging)(nd_engine *e, int slot, size_t in_bytes, size_t out_bytes, void **in,
+                         void **out, nd_error *err);
+    /* Run b on slot; returns when the outputs are in the slot's host staging. */
+    nd_status (*run)(nd_engine *e, int slot, nd_batch *b, nd_error *err);
+    /* Optional: make a registered parameter set usable by run (e.g. copy it to every device),
+     * and release that again. */
+    nd_status (*param_attach)(nd_engine *e, struct nd_param_set *p, nd_error *err);
+    void (*param_detach)(nd_engine *e, struct nd_param_set *p);
+    /* Nonzero when the engine can no longer run anything (e.g. a lost CUDA context). */
+    int (*broken)(nd_engine *e);
+    void (*destroy)(nd_engine *e);
+} nd_engine_vt;
+
+struct nd_engine {
+    const nd_engine_vt *vt;
+    int nslots;
+    int slot_device[64];    /* metrics device index of each slot */
+    char device_label[ND_MAX_DEVICES][32];
+    int ndevices;
+};
+
+nd_engine *nd_engine_cpu_create(const nd_config *cfg, nd_error *err);
+nd_engine *nd_engine_null_create(const nd_config *cfg, nd_error *err);
+/* NULL with a message when the build has no CUDA or no device can be used. */
+nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err);
+
+/* Picks by cfg->backend; auto means cuda when a device is present, cpu otherwise. */
+nd_engine *nd_engine_create(const nd_config *cfg, nd_error *err);
+void nd_engine_destroy(nd_engine *e);
+
+#endif /* ND_ENGINE_H */
