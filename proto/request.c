@@ -357,9 +357,11 @@ static void table_fill(nd_dtype dt, short_str *table)
         uint16_t h = (uint16_t)bits;
         float v = dt == ND_FLOAT16 ? nd_half_to_float(h) : nd_bf16_to_float(h);
         short_str *e = &table[bits];
-        if (!isfinite(v)) {
-            memcpy(e->s, "null", 4);
-            e->len = 4;
+        if (!isfinite(v) || v == 0) {
+            /* null: JSON has no infinity or NaN; "-0.0": a reader may take "-0" as integer 0 */
+            const char *t = !isfinite(v) ? "null" : signbit(v) ? "-0.0" : "0";
+            e->len = (unsigned char)strlen(t);
+            memcpy(e->s, t, e->len);
             continue;
         }
         for (int prec = 3; prec <= 9; prec++) {
@@ -390,6 +392,10 @@ static char *put_f32(char *p, float v)
 {
     if (!isfinite(v)) {
         memcpy(p, "null", 4);
+        return p + 4;
+    }
+    if (v == 0 && signbit(v)) { /* "-0" would read back as the integer 0 */
+        memcpy(p, "-0.0", 4);
         return p + 4;
     }
     return p + snprintf(p, F32_TEXT_MAX + 1, "%.9g", (double)v);
