@@ -123,6 +123,25 @@ void nd_proto_format_shape(const nd_request *req, char *buf, size_t size);
 /* {"error": msg}, malloc'ed. */
 char *nd_proto_error_json(const char *msg);
 
+/*
+ * The body of PUT /v1/params/{name}: a parameter set, tensors in the order gamma, beta, weight,
+ * alpha (NULL when absent). JSON: {"dtype":"float16","gamma":[...],"beta":[...]}. Raw binary:
+ * ?dtype=float16&gamma=4096&beta=4096 gives each tensor's element count, and the body holds the
+ * tensors in that fixed order. Returns 0 or an HTTP status with a message naming the field.
+ */
+#define ND_PARAM_TENSORS 4
+typedef struct nd_params_body {
+    nd_dtype dtype;
+    const void *tensor[ND_PARAM_TENSORS];
+    int64_t count[ND_PARAM_TENSORS];
+    void *owned;
+} nd_params_body;
+
+int nd_proto_parse_params_json(const char *body, size_t len, nd_params_body *out, nd_error *err);
+int nd_proto_parse_params_binary(const nd_kv *query, size_t nquery, const void *body, size_t len,
+                                 nd_params_body *out, nd_error *err);
+void nd_params_body_free(nd_params_body *pb);
+
 #ifdef __cplusplus
 }
 #endif

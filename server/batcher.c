@@ -434,10 +434,8 @@ void nd_batcher_close(nd_batcher *b)
     pthread_mutex_unlock(&b->lock);
 }
 
-void nd_batcher_destroy(nd_batcher *b)
+void nd_batcher_drain(nd_batcher *b)
 {
-    if (!b)
-        return;
     pthread_mutex_lock(&b->lock);
     b->closed = 1;
     b->stopping = 1;
@@ -445,7 +443,15 @@ void nd_batcher_destroy(nd_batcher *b)
     pthread_cond_broadcast(&b->wake);
     for (int s = 0; s < b->nthreads; s++)
         pthread_join(b->threads[s], NULL);
+    b->nthreads = 0;
+}
+
+void nd_batcher_destroy(nd_batcher *b)
+{
+    if (!b)
+        return;
     /* With no threads (a failed create) nothing can have been queued. */
+    nd_batcher_drain(b);
     free(b->threads);
     pthread_cond_destroy(&b->wake);
     pthread_mutex_destroy(&b->lock);

@@ -46,7 +46,7 @@ typedef struct nd_batcher nd_batcher;
 
 nd_batcher *nd_batcher_create(const nd_config *cfg, nd_engine *engine, nd_metrics *metrics,
                               nd_error *err);
-/* Stops taking jobs, runs everything already queued, joins the threads, frees. */
+/* Drains (see nd_batcher_drain) and frees. */
 void nd_batcher_destroy(nd_batcher *b);
 
 /*
@@ -57,5 +57,9 @@ int nd_batcher_submit(nd_batcher *b, nd_job *job);
 
 /* Stop accepting new jobs (submit answers 503); queued jobs still run. */
 void nd_batcher_close(nd_batcher *b);
+
+/* Close, run everything already queued and wait for it; submit keeps answering 503 until the
+ * batcher is destroyed. */
+void nd_batcher_drain(nd_batcher *b);
 
 #endif /* ND_BATCHER_H */

@@ -16,7 +16,9 @@
 #include "../proto/nd_proto.h"
 #include "engine.h"
 
+/* The same order as the wire form's tensors (nd_params_body). */
 enum { ND_PARAM_GAMMA = 0, ND_PARAM_BETA, ND_PARAM_WEIGHT, ND_PARAM_ALPHA, ND_PARAM_COUNT };
+_Static_assert(ND_PARAM_COUNT == ND_PARAM_TENSORS, "parameter tensors out of step with proto");
 
 typedef struct nd_param_set {
     char name[ND_PARAMS_NAME_MAX];
