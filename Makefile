@@ -133,3 +133,26 @@ DEVICE_DEBS := libcriterion3 libgit2-1.5 libhttp-parser2.9 libmbedcrypto7 libmbe
 .PHONY: device-debs
 device-debs:
 	mkdir -p .deb && cd .deb && apt-get download $(DEVICE_DEBS)
+
+# ---- fuzz: libFuzzer targets for the wire parsers (clang; not part of make test) ----
+# make fuzz builds $(BUILD)/fuzz/fuzz_{json,binary} with ASan and UBSan and runs each for
+# FUZZ_SECONDS (seeds in fuzz/seeds/<target>, the growing corpus in $(BUILD)/fuzz/corpus_<target>).
+# Needs clang with libFuzzer (Debian: clang).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 30
+FUZZ_CFLAGS  ?= -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+                -fno-sanitize-recover=undefined
+FUZZ_LIB_SRC := proto/request.c proto/json.c proto/binary.c kernels/ops.c
+FUZZ_TARGETS := fuzz_json fuzz_binary
+
+$(BUILD)/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRC) proto/nd_proto.h proto/request.h
+	@mkdir -p $(dir $@)
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs $(FUZZ_CC) (apt-get install clang)"; exit 1; }
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $< $(FUZZ_LIB_SRC) -o $@ $(JSON_LIBS) -lm
+
+fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(BUILD)/fuzz/corpus_$$t; echo "== $$t ($(FUZZ_SECONDS) s)"; \
+	  $(BUILD)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
+	    -artifact_prefix=$(BUILD)/fuzz/$$t- $(BUILD)/fuzz/corpus_$$t fuzz/seeds/$$t; \
+	done
