@@ -1,0 +1,240 @@
+/*
+ * prelu.cu - PReLU, y = x > 0 ? x : alpha * x, with one shared alpha or one alpha per channel of
+ * an (N, C, ...) tensor viewed as (outer, channels, inner).
+ *
+ * Follows OneFlow's PReLU article (seed 003): the tensor is processed in 16-byte packs, and the
+ * alpha index is found once per pack, not once per element. Where we depart:
+ *
+ *   - the seed computes (index / inner_size) % alpha_size with two integer divisions per pack and
+ *     falls back to its element-wise kernel whenever inner is not a multiple of the pack (its
+ *     (96,64,111,111) case ran no faster than PyTorch). Here the tensor is walked as one flat array
+ *     in packs aligned to 16 bytes, whatever inner is: the plane and the channel of a pack come
+ *     from two divisions by invariant divisors done as multiply-high and shifts (magic numbers
+ *     computed once on the host, valid for 64-bit indices), and a pack that straddles two planes
+ *     steps its channel element by element, with no division. With inner >= a few packs almost
+ *     every pack lies within one plane and costs one alpha load;
+ *   - the pointer need not be 16-byte aligned: the few elements before the first aligned pack
+ *     (and after the last whole one) are done one by one by the first threads of the grid, so an
+ *     offset tensor still runs on the packed path. Only x and y that are misaligned by different
+ *     amounts fall back to narrower packs;
+ *   - each thread issues prelu_policy::unroll independent pack loads before it uses any.
+ */
+#include <stdint.h>
+
+#include "cuda_common.cuh"
+
+namespace {
+
+/* Tuned numbers for this op, in one place. */
+struct prelu_policy {
+    static constexpr int block_threads = 256;
+    /* Packs per thread, loaded before any is used. */
+    static constexpr int unroll = 4;
+};
+
+/*
+ * n / d for 0 <= n < 2^64 and a fixed d >= 1 without a divide instruction (Granlund and
+ * Montgomery, "Division by invariant integers using multiplication", fig. 4.1):
+ *   l = ceil(log2 d), m = floor(2^64 * (2^l - d) / d) + 1,
+ *   t = mulhi(m, n), q = (t + ((n - t) >> min(l, 1))) >> max(l - 1, 0).
+ */
+struct fast_div {
+    uint64_t d, m;
+    int sh1, sh2;
+};
+
+static fast_div fast_div_make(uint64_t d)
+{
+    fast_div f;
+    int l = 0;
+    while (l < 64 && ((unsigned __int128)1 << l) < d)
+        l++;
+    f.d = d;
+    f.m = (uint64_t)((((unsigned __int128)1 << 64) * (((unsigned __int128)1 << l) - d)) / d) + 1;
+    f.sh1 = l < 1 ? l : 1;
+    f.sh2 = l - 1 > 0 ? l - 1 : 0;
+    return f;
+}
+
+__device__ __forceinline__ uint64_t fast_div_q(const fast_div &f, uint64_t n)
+{
+    uint64_t t = __umul64hi(f.m, n);
+    return (t + ((n - t) >> f.sh1)) >> f.sh2;
+}
+
+struct prelu_geom {
+    int64_t n;       /* elements */
+    int64_t head;    /* elements before the first aligned pack */
+    int64_t packs;   /* whole packs after the head */
+    int64_t tail;    /* elements after the last pack */
+    int64_t inner, channels;
+    fast_div div_inner, div_channels;
+};
+
+/* ------------------------------------------------------------------------------------------- */
+/* kernels                                                                                       */
+/* ------------------------------------------------------------------------------------------- */
+
+template <typename T>
+__device__ __forceinline__ T prelu_one(T v, float a)
+{
+    float f = nd_to_float(v);
+    return f > 0.0f ? v : nd_from_float<T>(a * f);
+}
+
+/* Channel of flat element e, and e's index within its plane. */
+__device__ __forceinline__ void locate(const prelu_geom &g, int64_t e, int64_t &c, int64_t &i)
+{
+    uint64_t plane = fast_div_q(g.div_inner, (uint64_t)e);
+    i = e - (int64_t)plane * g.inner;
+    uint64_t q = fast_div_q(g.div_channels, plane);
+    c = (int64_t)(plane - q * (uint64_t)g.channels);
+}
+
+template <typename T, int P, bool SHARED>
+__global__ void __launch_bounds__(prelu_policy::block_threads)
+prelu_kernel(const T *__restrict__ x, T *__restrict__ y, const T *__restrict__ alpha,
+             prelu_geom g)
+{
+    using pack = nd_pack<T, P>;
+    constexpr int U = prelu_policy::unroll;
+    const float a0 = SHARED ? nd_to_float(alpha[0]) : 0.0f;
+
+    /* The head and tail elements, one per thread of the first block(s). */
+    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (tid < g.head + g.tail) {
+        int64_t e = tid < g.head ? tid : g.head + g.packs * P + (tid - g.head);
+        float a = a0;
+        if (!SHARED) {
+            int64_t c, i;
+            locate(g, e, c, i);
+            a = nd_to_float(alpha[c]);
+        }
+        y[e] = prelu_one(x[e], a);
+    }
+
+    const pack *xp = reinterpret_cast<const pack *>(x + g.head);
+    pack *yp = reinterpret_cast<pack *>(y + g.head);
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x * U + threadIdx.x;
+    pack v[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int64_t q = first + (int64_t)u * blockDim.x;
+        if (q < g.packs)
+            v[u] = xp[q];
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int64_t q = first + (int64_t)u * blockDim.x;
+        if (q >= g.packs)
+            continue;
+        pack o;
+        if (SHARED) {
+#pragma unroll
+            for (int j = 0; j < P; j++)
+                o.v[j] = prelu_one(v[u].v[j], a0);
+        } else {
+            int64_t c, i;
+            locate(g, g.head + q * P, c, i);
+            float av[P];
+            if (i + P <= g.inner) { /* the whole pack lies in one plane: one alpha */
+                const float a = nd_to_float(alpha[c]);
+#pragma unroll
+                for (int j = 0; j < P; j++)
+                    av[j] = a;
+            } else { /* the pack crosses into the next plane(s): step the channel */
+#pragma unroll
+                for (int j = 0; j < P; j++) {
+                    if (i == g.inner) {
+                        i = 0;
+                        c = c + 1 == g.channels ? 0 : c + 1;
+                    }
+                    av[j] = nd_to_float(alpha[c]);
+                    i++;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < P; j++)
+                o.v[j] = prelu_one(v[u].v[j], av[j]);
+        }
+        yp[q] = o;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* launchers                                                                                     */
+/* ------------------------------------------------------------------------------------------- */
+
+template <typename T, int P>
+static cudaError_t launch_packed(const nd_prelu_args *a, const prelu_geom &g, cudaStream_t stream)
+{
+    constexpr int B = prelu_policy::block_threads, U = prelu_policy::unroll;
+    int64_t blocks = (g.packs + (int64_t)B * U - 1) / ((int64_t)B * U);
+    int64_t edge_blocks = (g.head + g.tail + B - 1) / B;
+    if (blocks < edge_blocks)
+        blocks = edge_blocks;
+    if (blocks > INT32_MAX)
+        return cudaErrorInvalidConfiguration;
+    if (a->alpha_count == 1)
+        prelu_kernel<T, P, true><<<(unsigned)blocks, B, 0, stream>>>(
+            (const T *)a->x, (T *)a->y, (const T *)a->alpha, g);
+    else
+        prelu_kernel<T, P, false><<<(unsigned)blocks, B, 0, stream>>>(
+            (const T *)a->x, (T *)a->y, (const T *)a->alpha, g);
+    return cudaGetLastError();
+}
+
+/* The widest pack (16, 4 bytes, or one element) at which x and y reach alignment together. */
+template <typename T>
+static cudaError_t launch_typed(const nd_prelu_args *a, prelu_geom &g, cudaStream_t stream)
+{
+    const uintptr_t xa = (uintptr_t)a->x, ya = (uintptr_t)a->y;
+    constexpr int P16 = 16 / sizeof(T), P4 = 4 / sizeof(T) > 0 ? 4 / sizeof(T) : 1;
+    int P = 1;
+    if ((xa - ya) % 16 == 0)
+        P = P16;
+    else if (P4 > 1 && (xa - ya) % 4 == 0)
+        P = P4;
+    if (P > 1) {
+        uintptr_t bytes = (uintptr_t)P * sizeof(T);
+        g.head = (int64_t)(((bytes - xa % bytes) % bytes) / sizeof(T));
+        if (g.head > g.n)
+            g.head = g.n;
+    } else {
+        g.head = 0;
+    }
+    g.packs = (g.n - g.head) / P;
+    g.tail = g.n - g.head - g.packs * P;
+    if (P == P16)
+        return launch_packed<T, P16>(a, g, stream);
+    if (P4 > 1 && P == P4)
+        return launch_packed<T, P4>(a, g, stream);
+    return launch_packed<T, 1>(a, g, stream);
+}
+
+} /* namespace */
+
+nd_status nd_cuda_prelu(const nd_prelu_args *a, void *stream, nd_error *err)
+{
+    nd_status st = nd_prelu_args_check(a, err);
+    if (st != ND_OK)
+        return st;
+    prelu_geom g = {};
+    g.n = a->outer * a->channels * a->inner;
+    g.inner = a->inner;
+    g.channels = a->channels;
+    g.div_inner = fast_div_make((uint64_t)a->inner);
+    g.div_channels = fast_div_make((uint64_t)a->channels);
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaError_t ce;
+    switch (a->dtype) {
+    case ND_FLOAT16: ce = launch_typed<__half>(a, g, s); break;
+    case ND_BFLOAT16: ce = launch_typed<__nv_bfloat16>(a, g, s); break;
+    default: ce = launch_typed<float>(a, g, s); break;
+    }
+    if (ce != cudaSuccess)
+        return nd_error_set(err, ND_EDEVICE, "prelu (outer=%lld channels=%lld inner=%lld): %s",
+                            (long long)a->outer, (long long)a->channels, (long long)a->inner,
+                            cudaGetErrorString(ce));
+    return ND_OK;
+}

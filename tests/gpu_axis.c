@@ -1,0 +1,350 @@
+/*
+ * gpu_axis.c - the CUDA backend's softmax / log-softmax over any axis and its PReLU, against the
+ * float64 reference of tests/util with the shared tolerance rule.
+ *
+ * Every case draws a fresh random input, poisons the output on the device before the call, runs
+ * the public nd_cuda_* entry point on the legacy stream and compares every element. Shapes cover
+ * ranks 2-5 with every axis (the last one too: nd_cuda_softmax picks the row kernel there), inner
+ * sizes 1, 3 and large, outer 1, columns long enough to need a cluster or the two-pass walk, and
+ * tensors that start one element past an aligned address. Skipped when there is no CUDA device.
+ */
+#include <criterion/criterion.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/nd_testutil.h"
+
+#define CUDA_OK(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        cr_assert_eq(e_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));                    \
+    } while (0)
+
+static const nd_dtype all_dtypes[] = {ND_FLOAT32, ND_FLOAT16, ND_BFLOAT16};
+
+static void need_device(void)
+{
+    if (nd_cuda_device_count() < 1)
+        cr_skip_test("no CUDA device");
+}
+
+/* A device copy of n elements of dt, starting `offset` elements past a 256-byte aligned address. */
+typedef struct dev_buf {
+    void *base;
+    void *p;
+} dev_buf;
+
+static dev_buf dev_alloc(nd_dtype dt, int64_t n, int offset)
+{
+    dev_buf b;
+    size_t es = nd_dtype_size(dt);
+    CUDA_OK(cudaMalloc(&b.base, (size_t)(n + offset) * es));
+    b.p = (char *)b.base + (size_t)offset * es;
+    return b;
+}
+
+static void shape_str(char *buf, size_t size, const int64_t *shape, int rank)
+{
+    size_t k = 0;
+    k += snprintf(buf + k, size - k, "(");
+    for (int i = 0; i < rank && k < size; i++)
+        k += snprintf(buf + k, size - k, "%s%lld", i ? "," : "", (long long)shape[i]);
+    if (k < size)
+        snprintf(buf + k, size - k, ")");
+}
+
+/* ---- softmax ---- */
+
+/* Softmax (log_ = 0) or log-softmax over (outer, dim, inner); x and y start `offset` elements
+ * past alignment. `what` names the case in failure messages. */
+static void check_softmax(nd_dtype dt, int log_, int64_t outer, int64_t dim, int64_t inner,
+                          int offset, uint64_t *rng, const char *what)
+{
+    int64_t n = outer * dim * inner;
+    size_t es = nd_dtype_size(dt);
+    void *hx = malloc((size_t)n * es), *hy = malloc((size_t)n * es);
+    double *fx = malloc((size_t)n * sizeof(double)), *ref = malloc((size_t)n * sizeof(double));
+    cr_assert(hx && hy && fx && ref);
+    /* a spread of 3 makes exp() range over many orders of magnitude */
+    nd_fill_random(dt, hx, n, 0.0, 3.0, rng, fx);
+    nd_poison(dt, hy, n);
+    dev_buf dx = dev_alloc(dt, n, offset), dy = dev_alloc(dt, n, offset);
+    CUDA_OK(cudaMemcpy(dx.p, hx, (size_t)n * es, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dy.p, hy, (size_t)n * es, cudaMemcpyHostToDevice));
+
+    nd_softmax_args a = {dt, outer, dim, inner, dx.p, dy.p};
+    nd_error err = {{0}};
+    nd_status st = nd_cuda_softmax(&a, log_, NULL, &err);
+    cr_assert_eq(st, ND_OK, "%s: %s", what, err.msg);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(hy, dy.p, (size_t)n * es, cudaMemcpyDeviceToHost));
+
+    nd_ref_softmax(fx, outer, dim, inner, log_, ref);
+    char msg[256], label[200];
+    snprintf(label, sizeof label, "%s %s %s (outer=%lld dim=%lld inner=%lld off=%d) y", what,
+             log_ ? "log_softmax" : "softmax", nd_dtype_name(dt), (long long)outer,
+             (long long)dim, (long long)inner, offset);
+    int64_t bad = nd_compare(dt, hy, ref, n, label, msg, sizeof msg);
+    cr_expect_eq(bad, 0, "%lld mismatches; first: %s", (long long)bad, msg);
+
+    cudaFree(dx.base);
+    cudaFree(dy.base);
+    free(hx);
+    free(hy);
+    free(fx);
+    free(ref);
+}
+
+/* Every (dtype, op) on one (outer, dim, inner). */
+static void check_softmax_all(int64_t outer, int64_t dim, int64_t inner, int offset, uint64_t *rng,
+                              const char *what)
+{
+    for (int d = 0; d < 3; d++)
+        for (int log_ = 0; log_ < 2; log_++)
+            check_softmax(all_dtypes[d], log_, outer, dim, inner, offset, rng, what);
+}
+
+Test(gpu_axis, softmax_fixed_shapes)
+{
+    need_device();
+    uint64_t rng = 0x5eed0001;
+    /* the benchmark's shapes, scaled down where the CPU reference would take long */
+    check_softmax_all(1, 128, 128 * 16 * 16 / 8, 0, &rng, "outer 1, axis 0 of (128,16,16,16)-like");
+    check_softmax_all(64, 896, 48, 0, &rng, "(64,896,4,12) axis 1");
+    check_softmax_all(2, 1000, 3136, 0, &rng, "(2,1000,56,56) axis 1");
+    check_softmax_all(2, 32768, 64, 0, &rng, "(2,32768,64) axis 1 (long column)");
+    check_softmax_all(4096, 8, 128, 0, &rng, "(4096,8,128) axis 1 (short column)");
+    /* inner 1 (the last axis, through the same public call), inner 3 */
+    check_softmax_all(37, 1000, 1, 0, &rng, "inner 1");
+    check_softmax_all(33, 517, 3, 0, &rng, "inner 3");
+    check_softmax_all(5, 3, 3, 0, &rng, "tiny");
+    check_softmax_all(1, 1, 7, 0, &rng, "dim 1");
+    /* outer 1 with long columns: cluster and two-pass paths */
+    check_softmax_all(1, 70000, 8, 0, &rng, "outer 1, dim 70000, inner 8");
+    check_softmax_all(1, 5000, 3, 0, &rng, "outer 1, dim 5000, inner 3");
+    check_softmax_all(1, 200000, 2, 0, &rng, "outer 1, dim 200000, inner 2");
+    check_softmax_all(3, 3000, 1000, 0, &rng, "large inner, long column");
+    /* unaligned tensors: the pack shrinks but the result must not change */
+    check_softmax_all(7, 100, 64, 1, &rng, "offset by one element");
+    check_softmax_all(2, 9, 1, 1, &rng, "offset by one element, inner 1");
+}
+
+/* Random shapes of rank 2-5, every axis of each. */
+Test(gpu_axis, softmax_random_shapes)
+{
+    need_device();
+    uint64_t rng = 0x5eed0002;
+    for (int trial = 0; trial < 12; trial++) {
+        int rank = 2 + (int)(nd_rand_u64(&rng) % 4);
+        int64_t shape[5];
+        int64_t n = 1;
+        for (int i = 0; i < rank; i++) {
+            /* sizes from 1 to ~70, with the element count kept under about 600k */
+            int64_t lim = rank <= 2 ? 700 : rank == 3 ? 90 : 28;
+            shape[i] = 1 + (int64_t)(nd_rand_u64(&rng) % (uint64_t)lim);
+            n *= shape[i];
+        }
+        char sh[96];
+        shape_str(sh, sizeof sh, shape, rank);
+        for (int axis = 0; axis < rank; axis++) {
+            int64_t outer = 1, inner = 1;
+            for (int i = 0; i < axis; i++)
+                outer *= shape[i];
+            for (int i = axis + 1; i < rank; i++)
+                inner *= shape[i];
+            char what[160];
+            snprintf(what, sizeof what, "random %s axis %d", sh, axis);
+            nd_dtype dt = all_dtypes[(trial + axis) % 3];
+            int offset = (int)(nd_rand_u64(&rng) % 4 == 0);
+            for (int log_ = 0; log_ < 2; log_++)
+                check_softmax(dt, log_, outer, shape[axis], inner, offset, &rng, what);
+        }
+        (void)n;
+    }
+}
+
+/* ---- prelu ---- */
+
+/* x and y offsets in elements from alignment (they may differ). */
+static void check_prelu(nd_dtype dt, int64_t outer, int64_t channels, int64_t inner, int shared,
+                        int xoff, int yoff, uint64_t *rng, const char *what)
+{
+    int64_t n = outer * channels * inner;
+    int64_t na = shared ? 1 : channels;
+    size_t es = nd_dtype_size(dt);
+    void *hx = malloc((size_t)n * es), *hy = malloc((size_t)n * es), *ha = malloc((size_t)na * es);
+    double *fx = malloc((size_t)n * sizeof(double)), *ref = malloc((size_t)n * sizeof(double));
+    double *fa = malloc((size_t)na * sizeof(double));
+    cr_assert(hx && hy && ha && fx && ref && fa);
+    nd_fill_random(dt, hx, n, 0.0, 1.0, rng, fx);
+    nd_fill_random(dt, ha, na, 0.25, 0.2, rng, fa);
+    nd_poison(dt, hy, n);
+    dev_buf dx = dev_alloc(dt, n, xoff), dy = dev_alloc(dt, n, yoff), da = dev_alloc(dt, na, 0);
+    CUDA_OK(cudaMemcpy(dx.p, hx, (size_t)n * es, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dy.p, hy, (size_t)n * es, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(da.p, ha, (size_t)na * es, cudaMemcpyHostToDevice));
+
+    nd_prelu_args a = {dt, outer, channels, inner, dx.p, dy.p, da.p, na};
+    nd_error err = {{0}};
+    nd_status st = nd_cuda_prelu(&a, NULL, &err);
+    cr_assert_eq(st, ND_OK, "%s: %s", what, err.msg);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(hy, dy.p, (size_t)n * es, cudaMemcpyDeviceToHost));
+
+    nd_ref_prelu(fx, outer, channels, inner, fa, na, ref);
+    char msg[256], label[200];
+    snprintf(label, sizeof label, "%s prelu %s %s (outer=%lld channels=%lld inner=%lld xoff=%d "
+             "yoff=%d) y", what, shared ? "shared" : "per-channel", nd_dtype_name(dt),
+             (long long)outer, (long long)channels, (long long)inner, xoff, yoff);
+    int64_t bad = nd_compare(dt, hy, ref, n, label, msg, sizeof msg);
+    cr_expect_eq(bad, 0, "%lld mismatches; first: %s", (long long)bad, msg);
+
+    cudaFree(dx.base);
+    cudaFree(dy.base);
+    cudaFree(da.base);
+    free(hx);
+    free(hy);
+    free(ha);
+    free(fx);
+    free(ref);
+    free(fa);
+}
+
+static void check_prelu_all(int64_t outer, int64_t channels, int64_t inner, int xoff, int yoff,
+                            uint64_t *rng, const char *what)
+{
+    for (int d = 0; d < 3; d++)
+        for (int shared = 0; shared < 2; shared++)
+            check_prelu(all_dtypes[d], outer, channels, inner, shared, xoff, yoff, rng, what);
+}
+
+Test(gpu_axis, prelu_fixed_shapes)
+{
+    need_device();
+    uint64_t rng = 0x5eed0003;
+    check_prelu_all(4, 64, 112 * 112, 0, 0, &rng, "(4,64,112,112)");
+    check_prelu_all(3, 64, 111 * 111, 0, 0, &rng, "(3,64,111,111) inner 111*111");
+    check_prelu_all(3, 64, 111 * 111, 1, 1, &rng, "(3,64,111,111) offset by one element");
+    check_prelu_all(5, 512, 7 * 7, 0, 0, &rng, "(5,512,7,7)");
+    check_prelu_all(5, 512, 7 * 7, 1, 1, &rng, "(5,512,7,7) offset by one element");
+    check_prelu_all(9, 33, 3, 0, 0, &rng, "inner 3");
+    check_prelu_all(9, 33, 3, 1, 1, &rng, "inner 3, offset by one element");
+    check_prelu_all(1000, 37, 1, 0, 0, &rng, "inner 1 (rank 2)");
+    check_prelu_all(1000, 37, 1, 1, 1, &rng, "inner 1 (rank 2), offset by one element");
+    check_prelu_all(2, 7, 1001, 1, 0, &rng, "x and y misaligned differently");
+    check_prelu_all(2, 7, 1001, 0, 3, &rng, "x and y misaligned differently (3)");
+    check_prelu_all(1, 1, 5, 1, 1, &rng, "fewer elements than a pack");
+    check_prelu_all(1, 3, 1, 0, 0, &rng, "three elements");
+}
+
+/* Random (N, C, ...) shapes of rank 2-5. */
+Test(gpu_axis, prelu_random_shapes)
+{
+    need_device();
+    uint64_t rng = 0x5eed0004;
+    for (int trial = 0; trial < 24; trial++) {
+        int rank = 2 + trial % 4;
+        int64_t shape[5], inner = 1;
+        for (int i = 0; i < rank; i++) {
+            int64_t lim = rank <= 2 ? 900 : rank == 3 ? 120 : 30;
+            shape[i] = 1 + (int64_t)(nd_rand_u64(&rng) % (uint64_t)lim);
+        }
+        for (int i = 2; i < rank; i++)
+            inner *= shape[i];
+        char sh[96], what[160];
+        shape_str(sh, sizeof sh, shape, rank);
+        snprintf(what, sizeof what, "random %s", sh);
+        int off = (int)(nd_rand_u64(&rng) % 3 == 0);
+        check_prelu(all_dtypes[trial % 3], shape[0], shape[1], inner, trial % 2, off, off, &rng,
+                    what);
+    }
+}
+
+/* A tensor past 2^31 elements: offsets must be 64-bit. Only the last planes are checked, against
+ * the rule, after a device-side fill; skipped when the device lacks the memory. */
+Test(gpu_axis, prelu_over_2g_elements)
+{
+    need_device();
+    const int64_t channels = 3, inner = 1 << 20; /* planes of 1M half floats */
+    const int64_t outer = ((int64_t)1 << 31) / (channels * inner) + 2;
+    const int64_t n = outer * channels * inner;
+    size_t freeb = 0, totalb = 0;
+    CUDA_OK(cudaMemGetInfo(&freeb, &totalb));
+    if ((size_t)n * 2 * 2 + (1u << 30) > freeb)
+        cr_skip_test("needs %lld MB of device memory", (long long)(n * 4 >> 20));
+    void *x = NULL, *y = NULL, *al = NULL;
+    CUDA_OK(cudaMalloc(&x, (size_t)n * 2));
+    CUDA_OK(cudaMalloc(&y, (size_t)n * 2));
+    CUDA_OK(cudaMalloc(&al, channels * 2));
+    /* x = -1.0 (0xbc00) everywhere, alpha = (0.5, 0.25, 0.125): y = -alpha[c] */
+    CUDA_OK(cudaMemset(x, 0xbc, (size_t)n * 2)); /* 0xbcbc = -1.18359375 in float16 */
+    const uint16_t ha[3] = {0x3800, 0x3400, 0x3000};
+    CUDA_OK(cudaMemcpy(al, ha, sizeof ha, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(y, 0xff, (size_t)n * 2));
+    nd_prelu_args a = {ND_FLOAT16, outer, channels, inner, x, y, al, channels};
+    nd_error err = {{0}};
+    cr_assert_eq(nd_cuda_prelu(&a, NULL, &err), ND_OK, "%s", err.msg);
+    CUDA_OK(cudaDeviceSynchronize());
+    /* the last 2 planes of the last outer index, and 2 planes straddling element 2^31 */
+    int64_t starts[2] = {n - 2 * inner, ((int64_t)1 << 31) - inner};
+    uint16_t *h = malloc((size_t)(2 * inner) * 2);
+    double *ref = malloc((size_t)(2 * inner) * sizeof(double));
+    cr_assert(h && ref);
+    for (int s = 0; s < 2; s++) {
+        CUDA_OK(cudaMemcpy(h, (char *)y + starts[s] * 2, (size_t)(2 * inner) * 2,
+                           cudaMemcpyDeviceToHost));
+        for (int64_t k = 0; k < 2 * inner; k++) {
+            int64_t c = ((starts[s] + k) / inner) % channels;
+            ref[k] = -1.18359375 * (c == 0 ? 0.5 : c == 1 ? 0.25 : 0.125);
+        }
+        char msg[256];
+        int64_t bad = nd_compare(ND_FLOAT16, h, ref, 2 * inner, "y[tail planes]", msg, sizeof msg);
+        cr_expect_eq(bad, 0, "start %lld: %lld mismatches; first: %s", (long long)starts[s],
+                     (long long)bad, msg);
+    }
+    free(h);
+    free(ref);
+    cudaFree(x);
+    cudaFree(y);
+    cudaFree(al);
+}
+
+/* Same for the axis softmax: 2^31 + elements, checking a few columns at the far end. */
+Test(gpu_axis, softmax_axis_over_2g_elements)
+{
+    need_device();
+    const int64_t dim = 4, inner = 1 << 20;
+    const int64_t outer = ((int64_t)1 << 31) / (dim * inner) + 1;
+    const int64_t n = outer * dim * inner;
+    size_t freeb = 0, totalb = 0;
+    CUDA_OK(cudaMemGetInfo(&freeb, &totalb));
+    if ((size_t)n * 2 * 2 + (1u << 30) > freeb)
+        cr_skip_test("needs %lld MB of device memory", (long long)(n * 4 >> 20));
+    void *x = NULL, *y = NULL;
+    CUDA_OK(cudaMalloc(&x, (size_t)n * 2));
+    CUDA_OK(cudaMalloc(&y, (size_t)n * 2));
+    /* every x equal: softmax is 1/dim = 0.25 everywhere */
+    CUDA_OK(cudaMemset(x, 0x3c, (size_t)n * 2));
+    CUDA_OK(cudaMemset(y, 0xff, (size_t)n * 2));
+    nd_softmax_args a = {ND_FLOAT16, outer, dim, inner, x, y};
+    nd_error err = {{0}};
+    cr_assert_eq(nd_cuda_softmax(&a, 0, NULL, &err), ND_OK, "%s", err.msg);
+    CUDA_OK(cudaDeviceSynchronize());
+    const int64_t m = dim * inner;
+    uint16_t *h = malloc((size_t)m * 2);
+    double *ref = malloc((size_t)m * sizeof(double));
+    cr_assert(h && ref);
+    CUDA_OK(cudaMemcpy(h, (char *)y + (n - m) * 2, (size_t)m * 2, cudaMemcpyDeviceToHost));
+    for (int64_t k = 0; k < m; k++)
+        ref[k] = 0.25;
+    char msg[256];
+    int64_t bad = nd_compare(ND_FLOAT16, h, ref, m, "y[last outer]", msg, sizeof msg);
+    cr_expect_eq(bad, 0, "%lld mismatches; first: %s", (long long)bad, msg);
+    free(h);
+    free(ref);
+    cudaFree(x);
+    cudaFree(y);
+}
