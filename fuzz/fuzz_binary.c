@@ -54,6 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 sum ^= ((const unsigned char *)params[k])[i];
         char shape[8 * 21];
         nd_proto_format_shape(&req, shape, sizeof shape);
+        (void)sum;
         nd_request_free(&req);
     } else {
         if (rc != 400 && rc != 413)
