@@ -1,11 +1,580 @@
 /*
- * engine_cuda.c - the CUDA engine (placeholder until the GPU serving engine lands): refuses
- * to start, so --backend auto falls back to the cpu engine.
+ * engine_cuda.c - the CUDA engine: one context per device, a pool of streams, pinned staging.
+ *
+ * A slot is one stream on one device, with its own pinned host staging (in and out) and device
+ * buffers of the same sizes. The batcher thread that owns the slot packs a batch into the pinned
+ * input, run() copies it to the device, launches the kernel and copies the outputs back, all on
+ * the slot's stream, then waits for that stream. Because each slot has its own batcher thread and
+ * its own stream, several batches are in flight per device: the copies of one overlap the kernel
+ * of another, while the HTTP threads keep receiving.
+ *
+ * Design choices:
+ *   - Slot s runs on device s % ndevices, so the first idle batcher threads are spread over the
+ *     devices and load spreads without a separate scheduler.
+ *   - Contexts are created with cudaDeviceScheduleBlockingSync: a batcher thread that waits for
+ *     its stream sleeps instead of spinning, so streams x devices waiting threads do not eat the
+ *     cores the HTTP threads need.
+ *   - Streams are non-blocking, so the synchronous copies of param_attach (legacy default stream,
+ *     on an HTTP thread) never serialise with batches in flight.
+ *   - Buffers grow on demand and are kept: in steady state nothing is allocated on the request
+ *     path. Growth frees the old buffers (cudaFree synchronises the device), which is rare and
+ *     logged at verbose >= 2. Some staging is reserved up front so small batches never grow.
+ *   - One contiguous H2D copy moves x and the inline parameters (the batcher packs them back to
+ *     back), one D2H copy brings y and the statistics back.
+ *
+ * Errors: every CUDA call is checked and reported as ND_EDEVICE with the CUDA error string. A
+ * sticky error (illegal address, launch failure, ECC, device lost...) leaves the context unusable:
+ * the engine marks itself broken and refuses further work, and main() exits non-zero after
+ * answering what it can, so that a supervisor restarts the daemon. Other errors fail only their
+ * batch.
+ *
+ * Without CUDA in the build (ND_HAVE_CUDA undefined) nd_engine_cuda_create refuses with a message
+ * and --backend auto falls back to the cpu engine.
  */
 #include "engine.h"
 
+#ifndef ND_HAVE_CUDA
+
 nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
 {
-    nd_error_set(err, ND_EUNSUPPORTED, "the cuda engine is not available in this build");
+    nd_error_set(err, ND_EUNSUPPORTED,
+                 "this build of normd has no CUDA backend (built without nvcc)");
     return NULL;
 }
+
+#else /* ND_HAVE_CUDA */
+
+#include <cuda_runtime_api.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "params.h"
+
+#define MAX_SLOTS ((int)(sizeof(((nd_engine *)0)->slot_device) / sizeof(int)))
+
+/* Staging reserved per slot at start (bytes, in and out each, pinned and on the device), so that
+ * ordinary batches never allocate; growth beyond it adds a quarter of headroom and rounds up to
+ * GROW_QUANTUM. */
+#define STAGING_INITIAL ((size_t)4 << 20)
+#define GROW_QUANTUM ((size_t)1 << 20)
+
+typedef struct cuda_slot {
+    int dev;             /* engine device index (metrics label index) */
+    int ordinal;         /* CUDA device ordinal */
+    cudaStream_t stream; /* non-blocking */
+    /* pinned host staging and device buffers; host and device sides have the same capacity */
+    void *h_in, *h_out, *d_in, *d_out;
+    size_t in_cap, out_cap;
+} cuda_slot;
+
+typedef struct cuda_engine {
+    nd_engine base;
+    int ordinal[ND_MAX_DEVICES];
+    int verbose;
+    atomic_int broken_claim; /* the first thread to see a sticky error claims the message */
+    atomic_int broken;       /* then sets this, after writing broken_msg */
+    char broken_msg[256];
+    cuda_slot slot[MAX_SLOTS];
+} cuda_engine;
+
+/* ---- errors ---- */
+
+/* Errors after which the context cannot be used again (the CUDA documentation calls them
+ * sticky: every later call in the process returns them), or the device is gone. */
+static int is_sticky(cudaError_t e)
+{
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorContained:
+    case cudaErrorExternalDevice:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorNoDevice:
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorCudartUnloading:
+    case cudaErrorSystemNotReady:
+    case cudaErrorUnknown:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void mark_broken(cuda_engine *ce, int dev, cudaError_t e)
+{
+    int unclaimed = 0;
+    if (!atomic_compare_exchange_strong(&ce->broken_claim, &unclaimed, 1))
+        return;
+    snprintf(ce->broken_msg, sizeof ce->broken_msg, "%s: %s", ce->base.device_label[dev],
+             cudaGetErrorString(e));
+    atomic_store(&ce->broken, 1);
+    fprintf(stderr, "normd: %s: the device context is lost (%s)\n", ce->base.device_label[dev],
+            cudaGetErrorString(e));
+}
+
+/* A failed call: fill err, and mark the engine broken when the error is sticky (ce may be NULL
+ * while the engine is being created). */
+static nd_status cuda_fail(cuda_engine *ce, int dev, cudaError_t e, const char *what,
+                           nd_error *err)
+{
+    if (ce && is_sticky(e))
+        mark_broken(ce, dev, e);
+    return nd_error_set(err, e == cudaErrorMemoryAllocation ? ND_ENOMEM : ND_EDEVICE,
+                        "%s%s%s: %s", ce ? ce->base.device_label[dev] : "", ce ? ": " : "", what,
+                        cudaGetErrorString(e));
+}
+
+#define TRY(ce, dev, err, call)                                                                    \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return cuda_fail((ce), (dev), e_, #call, (err));                                       \
+    } while (0)
+
+static nd_status refuse_broken(cuda_engine *ce, nd_error *err)
+{
+    return nd_error_set(err, ND_EDEVICE, "device context lost (%s)", ce->broken_msg);
+}
+
+/* ---- staging ---- */
+
+static size_t round_up(size_t n, size_t q)
+{
+    return (n + q - 1) / q * q;
+}
+
+/* Make the slot's in (or out) buffers, host and device, hold at least want bytes. The slot is
+ * idle (its batcher thread is the caller and run() drains the stream before returning), so the
+ * old buffers can be freed at once. */
+static nd_status slot_grow(cuda_engine *ce, cuda_slot *s, int out_side, size_t want,
+                           nd_error *err)
+{
+    size_t *cap = out_side ? &s->out_cap : &s->in_cap;
+    void **h = out_side ? &s->h_out : &s->h_in;
+    void **d = out_side ? &s->d_out : &s->d_in;
+    if (want <= *cap && *h)
+        return ND_OK;
+    size_t n = want <= STAGING_INITIAL ? STAGING_INITIAL
+                                       : round_up(want + want / 4, GROW_QUANTUM);
+    if (*cap && ce->verbose >= 2)
+        fprintf(stderr, "normd: %s slot %d: %s staging grows %zu -> %zu bytes\n",
+                ce->base.device_label[s->dev], (int)(s - ce->slot),
+                out_side ? "output" : "input", *cap, n);
+    TRY(ce, s->dev, err, cudaSetDevice(s->ordinal));
+    if (*h)
+        TRY(ce, s->dev, err, cudaFreeHost(*h));
+    if (*d)
+        TRY(ce, s->dev, err, cudaFree(*d));
+    *h = *d = NULL;
+    *cap = 0;
+    cudaError_t e = cudaHostAlloc(h, n, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        *h = NULL;
+        return cuda_fail(ce, s->dev, e, "cudaHostAlloc", err);
+    }
+    e = cudaMalloc(d, n);
+    if (e != cudaSuccess) {
+        cudaFreeHost(*h);
+        *h = *d = NULL;
+        return cuda_fail(ce, s->dev, e, "cudaMalloc", err);
+    }
+    *cap = n;
+    return ND_OK;
+}
+
+static nd_status cuda_staging(nd_engine *e, int slot, size_t in_bytes, size_t out_bytes,
+                              void **in, void **out, nd_error *err)
+{
+    cuda_engine *ce = (cuda_engine *)e;
+    cuda_slot *s = &ce->slot[slot];
+    *in = *out = NULL;
+    if (atomic_load(&ce->broken))
+        return refuse_broken(ce, err);
+    nd_status st = slot_grow(ce, s, 0, in_bytes, err);
+    if (st == ND_OK)
+        st = slot_grow(ce, s, 1, out_bytes, err);
+    if (st != ND_OK)
+        return st;
+    *in = s->h_in;
+    *out = s->h_out;
+    return ND_OK;
+}
+
+/* ---- run ---- */
+
+/* Raise *end to the end of [p, p + n) as an offset from base; 0 when that range does not lie
+ * within [base, base + cap). NULL p is fine and changes nothing. */
+static int span(const void *base, size_t cap, const void *p, size_t n, size_t *end)
+{
+    if (!p)
+        return 1;
+    const char *b = base, *q = p;
+    if (q < b || (size_t)(q - b) > cap || n > cap - (size_t)(q - b))
+        return 0;
+    size_t e = (size_t)(q - b) + n;
+    if (e > *end)
+        *end = e;
+    return 1;
+}
+
+/* The device address that mirrors a host staging pointer (NULL stays NULL). */
+static const void *dev_in(const cuda_slot *s, const void *p)
+{
+    return p ? (const char *)s->d_in + ((const char *)p - (const char *)s->h_in) : NULL;
+}
+
+static void *dev_out(const cuda_slot *s, const void *p)
+{
+    return p ? (char *)s->d_out + ((const char *)p - (const char *)s->h_out) : NULL;
+}
+
+/* A registered set's copy of tensor k on the slot's device, or NULL. */
+static const void *pset_dev(const nd_param_set *ps, int dev, int k)
+{
+    return ps ? ps->device[dev][k] : NULL;
+}
+
+/* The kernel, on the slot's stream, with device pointers. Inline parameters win over a
+ * registered set, as in the cpu engine. */
+static nd_status launch(cuda_slot *s, const nd_batch *b, nd_error *err)
+{
+    void *stream = (void *)s->stream;
+    const nd_param_set *ps = b->pset;
+    switch (b->op) {
+    case ND_OP_LAYERNORM:
+    case ND_OP_RMSNORM: {
+        int ln = b->op == ND_OP_LAYERNORM;
+        nd_norm_args a = {
+            .dtype = b->dtype,
+            .rows = b->outer,
+            .cols = b->mid,
+            .x = dev_in(s, b->x),
+            .y = dev_out(s, b->y),
+            .gamma = b->gamma ? dev_in(s, b->gamma)
+                              : pset_dev(ps, s->dev, ln ? ND_PARAM_GAMMA : ND_PARAM_WEIGHT),
+            .beta = !ln      ? NULL
+                    : b->beta ? dev_in(s, b->beta)
+                              : pset_dev(ps, s->dev, ND_PARAM_BETA),
+            .eps = b->eps,
+            .mean = dev_out(s, b->mean),
+            .rstd = dev_out(s, b->rstd),
+        };
+        return ln ? nd_cuda_layernorm(&a, stream, err) : nd_cuda_rmsnorm(&a, stream, err);
+    }
+    case ND_OP_SOFTMAX:
+    case ND_OP_LOG_SOFTMAX: {
+        nd_softmax_args a = {b->dtype, b->outer, b->mid, b->inner, dev_in(s, b->x),
+                             dev_out(s, b->y)};
+        return nd_cuda_softmax(&a, b->op == ND_OP_LOG_SOFTMAX, stream, err);
+    }
+    case ND_OP_PRELU: {
+        nd_prelu_args a = {
+            .dtype = b->dtype,
+            .outer = b->outer,
+            .channels = b->mid,
+            .inner = b->inner,
+            .x = dev_in(s, b->x),
+            .y = dev_out(s, b->y),
+            .alpha = b->alpha ? dev_in(s, b->alpha) : pset_dev(ps, s->dev, ND_PARAM_ALPHA),
+            .alpha_count = b->alpha_count,
+        };
+        return nd_cuda_prelu(&a, stream, err);
+    }
+    default:
+        return nd_error_set(err, ND_EINVAL, "unknown op %d", (int)b->op);
+    }
+}
+
+/*
+ * Run b on the slot: H2D of the packed inputs, the kernel, D2H of the outputs, then wait for the
+ * stream (sleeping: the context uses blocking sync). Every pointer in b must lie in the slot's
+ * staging, as the batcher arranges it. Whatever happens after the first copy is queued, the stream
+ * is drained before returning, so the slot's staging is idle again when run returns.
+ */
+static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
+{
+    cuda_engine *ce = (cuda_engine *)e;
+    cuda_slot *s = &ce->slot[slot];
+    b->h2d_bytes = b->d2h_bytes = 0;
+    if (atomic_load(&ce->broken))
+        return refuse_broken(ce, err);
+
+    const size_t esz = nd_dtype_size(b->dtype);
+    const size_t x_bytes = (size_t)b->outer * (size_t)b->mid * (size_t)b->inner * esz;
+    const size_t p_bytes = (size_t)b->mid * esz;
+    const size_t stat_bytes = (size_t)b->outer * sizeof(float);
+    size_t in_end = 0, out_end = 0;
+    if (!b->x || !b->y || !span(s->h_in, s->in_cap, b->x, x_bytes, &in_end) ||
+        !span(s->h_in, s->in_cap, b->gamma, p_bytes, &in_end) ||
+        !span(s->h_in, s->in_cap, b->beta, p_bytes, &in_end) ||
+        !span(s->h_in, s->in_cap, b->alpha, (size_t)b->alpha_count * esz, &in_end) ||
+        !span(s->h_out, s->out_cap, b->y, x_bytes, &out_end) ||
+        !span(s->h_out, s->out_cap, b->mean, stat_bytes, &out_end) ||
+        !span(s->h_out, s->out_cap, b->rstd, stat_bytes, &out_end))
+        return nd_error_set(err, ND_EINVAL, "batch buffers are not this slot's staging");
+    if (b->pset && b->op >= 0 && b->op < ND_OP_COUNT) {
+        /* A tensor the set holds on the host must have been attached to this device. */
+        static const int uses[ND_OP_COUNT][2] = {
+            [ND_OP_LAYERNORM] = {ND_PARAM_GAMMA, ND_PARAM_BETA},
+            [ND_OP_RMSNORM] = {ND_PARAM_WEIGHT, -1},
+            [ND_OP_SOFTMAX] = {-1, -1},
+            [ND_OP_LOG_SOFTMAX] = {-1, -1},
+            [ND_OP_PRELU] = {ND_PARAM_ALPHA, -1},
+        };
+        for (int i = 0; i < 2; i++) {
+            int k = uses[b->op][i];
+            if (k >= 0 && b->pset->host[k] && !b->pset->device[s->dev][k])
+                return nd_error_set(err, ND_EINVAL, "parameter set \"%s\": %s is not on %s",
+                                    b->pset->name, nd_param_tensor_name(k),
+                                    e->device_label[s->dev]);
+        }
+    }
+
+    TRY(ce, s->dev, err, cudaSetDevice(s->ordinal));
+    (void)cudaGetLastError(); /* a non-sticky error left on this thread is not this batch's */
+    TRY(ce, s->dev, err,
+        cudaMemcpyAsync(s->d_in, s->h_in, in_end, cudaMemcpyHostToDevice, s->stream));
+    b->h2d_bytes = in_end;
+
+    nd_error kerr = {{0}};
+    nd_status st = launch(s, b, &kerr);
+    if (st == ND_OK) {
+        cudaError_t e2 = cudaMemcpyAsync(s->h_out, s->d_out, out_end, cudaMemcpyDeviceToHost,
+                                         s->stream);
+        if (e2 != cudaSuccess)
+            st = cuda_fail(ce, s->dev, e2, "cudaMemcpyAsync(D2H)", &kerr);
+        else
+            b->d2h_bytes = out_end;
+    }
+    /* Always drain: the H2D copy may still be reading staging the batcher is about to reuse. An
+     * asynchronous fault of the kernel shows up here. */
+    cudaError_t se = cudaStreamSynchronize(s->stream);
+    if (se != cudaSuccess) {
+        nd_status sst = cuda_fail(ce, s->dev, se, "cudaStreamSynchronize", err);
+        if (st != ND_OK)
+            nd_error_set(err, sst, "%s (then cudaStreamSynchronize: %s)", kerr.msg,
+                         cudaGetErrorString(se));
+        b->d2h_bytes = 0;
+        return sst;
+    }
+    if (st != ND_OK) {
+        /* The launchers report the CUDA error as text only: ask the runtime whether the context
+         * survived (a sticky error is returned again by every call). */
+        cudaError_t pe = cudaPeekAtLastError();
+        if (is_sticky(pe))
+            mark_broken(ce, s->dev, pe);
+        if (err)
+            *err = kerr;
+        return st;
+    }
+    return ND_OK;
+}
+
+/* ---- registered parameters ---- */
+
+static void cuda_param_detach(nd_engine *e, nd_param_set *p)
+{
+    cuda_engine *ce = (cuda_engine *)e;
+    for (int d = 0; d < e->ndevices; d++)
+        for (int k = 0; k < ND_PARAM_COUNT; k++) {
+            if (!p->device[d][k])
+                continue;
+            /* On a lost context freeing fails; there is nothing better to do than forget. */
+            if (cudaSetDevice(ce->ordinal[d]) == cudaSuccess)
+                cudaFree(p->device[d][k]);
+            p->device[d][k] = NULL;
+        }
+}
+
+/* Copy every tensor of p to every device. All or nothing: on failure what was copied is freed. */
+static nd_status cuda_param_attach(nd_engine *e, nd_param_set *p, nd_error *err)
+{
+    cuda_engine *ce = (cuda_engine *)e;
+    if (atomic_load(&ce->broken))
+        return refuse_broken(ce, err);
+    const size_t esz = nd_dtype_size(p->dtype);
+    nd_status st = ND_OK;
+    for (int d = 0; d < e->ndevices && st == ND_OK; d++) {
+        cudaError_t e2 = cudaSetDevice(ce->ordinal[d]);
+        if (e2 != cudaSuccess) {
+            st = cuda_fail(ce, d, e2, "cudaSetDevice", err);
+            break;
+        }
+        for (int k = 0; k < ND_PARAM_COUNT; k++) {
+            if (!p->host[k])
+                continue;
+            size_t n = (size_t)p->count[k] * esz;
+            e2 = cudaMalloc(&p->device[d][k], n);
+            if (e2 != cudaSuccess) {
+                p->device[d][k] = NULL;
+                st = cuda_fail(ce, d, e2, "cudaMalloc", err);
+                break;
+            }
+            /* Pageable source: synchronous, on the legacy stream, which the non-blocking slot
+             * streams do not wait for. */
+            e2 = cudaMemcpy(p->device[d][k], p->host[k], n, cudaMemcpyHostToDevice);
+            if (e2 != cudaSuccess) {
+                st = cuda_fail(ce, d, e2, "cudaMemcpy", err);
+                break;
+            }
+        }
+    }
+    if (st != ND_OK)
+        cuda_param_detach(e, p);
+    return st;
+}
+
+/* ---- lifetime ---- */
+
+static int cuda_broken(nd_engine *e)
+{
+    return atomic_load(&((cuda_engine *)e)->broken);
+}
+
+static void cuda_destroy(nd_engine *e)
+{
+    cuda_engine *ce = (cuda_engine *)e;
+    if (!ce)
+        return;
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        cuda_slot *s = &ce->slot[i];
+        if (!s->stream && !s->h_in && !s->h_out)
+            continue;
+        if (cudaSetDevice(s->ordinal) != cudaSuccess)
+            continue; /* a lost device: the process is about to exit anyway */
+        if (s->stream)
+            cudaStreamDestroy(s->stream);
+        cudaFreeHost(s->h_in);
+        cudaFreeHost(s->h_out);
+        cudaFree(s->d_in);
+        cudaFree(s->d_out);
+    }
+    free(ce);
+}
+
+static const nd_engine_vt cuda_vt = {
+    .name = "cuda",
+    .staging = cuda_staging,
+    .run = cuda_run,
+    .param_attach = cuda_param_attach,
+    .param_detach = cuda_param_detach,
+    .broken = cuda_broken,
+    .destroy = cuda_destroy,
+};
+
+/* Create device d's primary context now (not on the first batch), set to sleep rather than spin
+ * while a thread waits for it. When something in the process made the context first, the flag
+ * may not take; that costs CPU, not correctness, so it is only reported. */
+static nd_status device_open(cuda_engine *ce, int d, nd_error *err)
+{
+    const int ord = ce->ordinal[d];
+    cudaError_t e = cudaInitDevice(ord, cudaDeviceScheduleBlockingSync,
+                                   cudaInitDeviceFlagsAreValid);
+    if (e == cudaSuccess)
+        e = cudaSetDevice(ord);
+    if (e != cudaSuccess)
+        return nd_error_set(err, ND_EDEVICE, "cuda:%d: cannot create a context: %s", ord,
+                            cudaGetErrorString(e));
+    unsigned flags = 0;
+    if (cudaGetDeviceFlags(&flags) == cudaSuccess &&
+        (flags & cudaDeviceScheduleMask) != cudaDeviceScheduleBlockingSync && ce->verbose >= 1)
+        fprintf(stderr, "normd: cuda:%d: blocking sync not set; waiting threads may spin\n", ord);
+    return ND_OK;
+}
+
+nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
+{
+    int visible = 0;
+    cudaError_t e = cudaGetDeviceCount(&visible);
+    if (e != cudaSuccess || visible == 0) {
+        nd_error_set(err, ND_EUNSUPPORTED, "no usable CUDA device (%s)",
+                     e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    cuda_engine *ce = calloc(1, sizeof *ce);
+    if (!ce) {
+        nd_error_set(err, ND_ENOMEM, "out of memory");
+        return NULL;
+    }
+    ce->base.vt = &cuda_vt;
+    ce->verbose = cfg->verbose;
+    atomic_init(&ce->broken_claim, 0);
+    atomic_init(&ce->broken, 0);
+
+    int ndev = cfg->ndevices > 0 ? cfg->ndevices : visible;
+    if (ndev > ND_MAX_DEVICES)
+        ndev = ND_MAX_DEVICES;
+    for (int d = 0; d < ndev; d++) {
+        int ord = cfg->ndevices > 0 ? cfg->devices[d] : d;
+        if (ord < 0 || ord >= visible) {
+            nd_error_set(err, ND_EINVAL, "devices: cuda:%d does not exist (%d visible)", ord,
+                         visible);
+            goto fail;
+        }
+        for (int j = 0; j < d; j++)
+            if (ce->ordinal[j] == ord) {
+                nd_error_set(err, ND_EINVAL, "devices: cuda:%d is listed twice", ord);
+                goto fail;
+            }
+        ce->ordinal[d] = ord;
+        snprintf(ce->base.device_label[d], sizeof ce->base.device_label[d], "cuda:%d", ord);
+    }
+    ce->base.ndevices = ndev;
+
+    int streams = cfg->streams > 0 ? cfg->streams : 1;
+    if (streams * ndev > MAX_SLOTS) {
+        streams = MAX_SLOTS / ndev;
+        if (cfg->verbose >= 1)
+            fprintf(stderr, "normd: at most %d slots: %d streams per device\n", MAX_SLOTS,
+                    streams);
+    }
+    for (int d = 0; d < ndev; d++)
+        if (device_open(ce, d, err) != ND_OK)
+            goto fail;
+
+    ce->base.nslots = streams * ndev;
+    for (int i = 0; i < ce->base.nslots; i++) {
+        cuda_slot *s = &ce->slot[i];
+        s->dev = i % ndev;
+        s->ordinal = ce->ordinal[s->dev];
+        ce->base.slot_device[i] = s->dev;
+        e = cudaSetDevice(s->ordinal);
+        if (e == cudaSuccess)
+            e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+        if (e != cudaSuccess) {
+            s->stream = NULL;
+            nd_error_set(err, ND_EDEVICE, "cuda:%d: cudaStreamCreateWithFlags: %s", s->ordinal,
+                         cudaGetErrorString(e));
+            goto fail;
+        }
+        if (slot_grow(ce, s, 0, 0, err) != ND_OK || slot_grow(ce, s, 1, 0, err) != ND_OK)
+            goto fail;
+    }
+    if (cfg->verbose >= 2)
+        for (int d = 0; d < ndev; d++) {
+            struct cudaDeviceProp p;
+            if (cudaGetDeviceProperties(&p, ce->ordinal[d]) == cudaSuccess)
+                fprintf(stderr, "normd: %s: %s, %d SMs, %zu MiB, %d streams\n",
+                        ce->base.device_label[d], p.name, p.multiProcessorCount,
+                        p.totalGlobalMem >> 20, streams);
+        }
+    return &ce->base;
+fail:
+    cuda_destroy(&ce->base);
+    return NULL;
+}
+
+#endif /* ND_HAVE_CUDA */
