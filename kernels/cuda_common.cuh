@@ -234,17 +234,21 @@ struct nd_op_max {
     }
 };
 
-/* Online-softmax pair (max m, sum s of exp(x - m)): merging rescales the smaller side's sum.
- * An empty side is (-inf, 0). */
+/* Online-softmax pairs (max m, sum s of exp(x - m)) at a[2j], a[2j+1]: merging rescales each
+ * side's sum to the larger max. An empty side is (-inf, 0). K is even. */
 struct nd_op_softmax_pair {
-    __device__ __forceinline__ void operator()(float (&a)[2], const float (&b)[2]) const
+    template <int K> __device__ __forceinline__ void operator()(float (&a)[K], const float (&b)[K]) const
     {
-        float m = fmaxf(a[0], b[0]);
-        if (m == -INFINITY) /* both empty (or all -inf): keep the sum 0 and avoid inf - inf */
-            return;
-        a[1] = a[1] * exp2f((a[0] - m) * 1.4426950408889634f) +
-               b[1] * exp2f((b[0] - m) * 1.4426950408889634f);
-        a[0] = m;
+        static_assert(K % 2 == 0, "softmax pairs come in (max, sum) twos");
+#pragma unroll
+        for (int i = 0; i < K; i += 2) {
+            float m = fmaxf(a[i], b[i]);
+            if (m == -INFINITY) /* both empty (or all -inf): keep the sum 0, avoid inf - inf */
+                continue;
+            a[i + 1] = a[i + 1] * exp2f((a[i] - m) * 1.4426950408889634f) +
+                       b[i + 1] * exp2f((b[i] - m) * 1.4426950408889634f);
+            a[i] = m;
+        }
     }
 };
 

@@ -1,0 +1,590 @@
+/*
+ * rows.cuh - the row engine shared by the last-axis operators (norm.cu, softmax.cu).
+ *
+ * An operator over the last axis reads a row, reduces it to a few numbers, and writes a row of the
+ * same shape. The engine does the reading, the reducing across threads and the writing; an Op
+ * policy (LayerNorm, RMSNorm, Softmax, ...) does the arithmetic. Three kernels cover every width:
+ *
+ *   warp     a group of W lanes (W = 1..32, so 32/W rows per warp) holds R rows in registers;
+ *            all-reduce by xor shuffles. For rows up to PMAX packs per lane (1024 columns).
+ *   block    a block, or a thread-block cluster of CL blocks (sm_90), holds one row in registers;
+ *            all-reduce through shared memory, then across the cluster through distributed shared
+ *            memory, so every element of x is read from device memory exactly once.
+ *   stream   rows longer than a 16-block cluster can hold: the cluster walks the row once per
+ *            statistics round and once to write (the re-reading fallback). While a cluster works
+ *            on a row it stays in L2 (at most sm_count / CL rows of a few MB at a time).
+ *
+ * Layout. A row is cut into packs of VEC elements (16 bytes) on the 16-byte grid of memory, not
+ * of the row: a row starting h elements past a 16-byte boundary has its pack p cover columns
+ * [p*VEC - h, p*VEC - h + VEC). Full packs move as one 16-byte access; only the first and the last
+ * pack of a row can be partial and are read and written element by element. So an odd width or an
+ * odd offset costs two partial packs per row, never a scalar pass over the tensor. y and the
+ * per-column parameters use 16-byte accesses when they sit at the same offset on that grid as x
+ * (the usual case: all come from cudaMalloc and cols % VEC == 0), element accesses otherwise.
+ * Thread t of a group of G holds packs t, t + G, t + 2G, ... so each access is coalesced.
+ *
+ * Op interface (static members):
+ *   kPad                     value loaded for a column outside the row (0 for sums, -inf for max)
+ *   kParams                  number of per-column parameter tensors (0..2)
+ *   State                    per-row (and per-thread) result of the statistics
+ *   stats<R, N>(v, st, ctx)  v[R][N] this thread's elements of R rows in the storage type T (pads
+ *                            set; nd_f widens); may rewrite v;
+ *                            ctx.valid(r, e), ctx.allreduce<K>(a, op), ctx.n (cols as float)
+ *   out(st, v, p0, p1)       y for an element from its (possibly rewritten) register value
+ *   stream_stats(st, ctx)    the same statistics from ctx.for_each(f) passes over the row
+ *   out_stream(st, x, p0, p1) y from the raw x
+ *   write_stats(st, row, prm) the per-row float32 outputs (mean, rstd), by one thread per row
+ */
+#ifndef ND_ROWS_CUH
+#define ND_ROWS_CUH
+
+#include <type_traits>
+
+#include "cuda_common.cuh"
+
+/* ---------------------------------------------------------------------------------------------
+ * Arguments and pack access
+ * ------------------------------------------------------------------------------------------- */
+
+template <class T> struct nd_rows_args {
+    const T *x;
+    T *y;
+    const T *p0, *p1; /* per-column parameters (gamma, beta), NULL when absent */
+    int64_t rows;
+    int64_t cols;
+};
+
+/* Elements from the start of a 16-byte-grid pack to p: 0 .. VEC-1. */
+template <class T, int VEC> __device__ __forceinline__ int nd_grid_offset(const T *p)
+{
+    return (int)(((uintptr_t)p / sizeof(T)) & (VEC - 1));
+}
+
+/* Element access for the register copy of a row: kept in the storage type (16-bit types take
+ * half the registers of float) and widened where used. */
+__device__ __forceinline__ float nd_f(float v) { return v; }
+__device__ __forceinline__ float nd_f(__half v) { return __half2float(v); }
+__device__ __forceinline__ float nd_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+/* Load columns [c0, c0 + VEC) of a row, raw; columns outside [0, cols) read as pad. */
+template <class T, int VEC, class I>
+__device__ __forceinline__ void nd_row_load_raw(const T *row, I c0, I cols, float pad, T *o)
+{
+    typedef typename nd_word<sizeof(T) * VEC>::type W;
+    union { W w; nd_pack<T, VEC> pk; } u;
+    if (c0 >= 0 && c0 + VEC <= cols) {
+        u.w = __ldcs(reinterpret_cast<const W *>(row + c0));
+    } else {
+        const T tp = nd_from_float<T>(pad);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            I c = c0 + j;
+            u.pk.v[j] = (c >= 0 && c < cols) ? __ldcs(row + c) : tp;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+        o[j] = u.pk.v[j];
+}
+
+/* Same, widened to float. */
+template <class T, int VEC, class I>
+__device__ __forceinline__ void nd_row_load(const T *row, I c0, I cols, float pad, float *o)
+{
+    T t[VEC];
+    nd_row_load_raw<T, VEC, I>(row, c0, cols, pad, t);
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+        o[j] = nd_to_float(t[j]);
+}
+
+/* Parameters: cached loads (they are read by every row); vector only when vec_ok (same grid
+ * offset as x). Absent (NULL) parameters read as dflt. */
+template <class T, int VEC, class I>
+__device__ __forceinline__ void nd_param_load(const T *p, I c0, I cols, bool vec_ok, float dflt,
+                                              float (&o)[VEC])
+{
+    if (!p) {
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            o[j] = dflt;
+    } else if (vec_ok && c0 >= 0 && c0 + VEC <= cols) {
+        nd_load_pack<T, VEC>(p + c0, o);
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            I c = c0 + j;
+            o[j] = (c >= 0 && c < cols) ? nd_load1(p + c) : dflt;
+        }
+    }
+}
+
+template <class T, int VEC, class I>
+__device__ __forceinline__ void nd_row_store(T *row, I c0, I cols, bool vec_ok,
+                                             const float (&o)[VEC])
+{
+    if (vec_ok && c0 >= 0 && c0 + VEC <= cols) {
+        nd_store_pack_stream<T, VEC>(row + c0, o);
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            I c = c0 + j;
+            if (c >= 0 && c < cols)
+                nd_store1(row + c, o[j]);
+        }
+    }
+}
+
+/* Per-row facts for writing: which of y, p0, p1 can use 16-byte accesses (same grid offset as
+ * this row of x). */
+struct nd_row_out {
+    bool y_vec, p0_vec, p1_vec;
+};
+
+template <class T, int VEC>
+__device__ __forceinline__ nd_row_out nd_row_out_make(const nd_rows_args<T> &a, const T *yrow, int h)
+{
+    nd_row_out o;
+    o.y_vec = nd_grid_offset<T, VEC>(yrow) == h;
+    o.p0_vec = nd_grid_offset<T, VEC>(a.p0) == h;
+    o.p1_vec = nd_grid_offset<T, VEC>(a.p1) == h;
+    return o;
+}
+
+/* Write one pack of output: parameters, Op::out, store. */
+template <class Op, class T, int VEC, bool STREAM, class I, class V>
+__device__ __forceinline__ void nd_row_emit(const nd_rows_args<T> &a, const typename Op::Params &prm,
+                                            const typename Op::State &st, T *yrow, I c0, I cols,
+                                            nd_row_out ro, const V *v)
+{
+    float g[VEC], b[VEC], o[VEC];
+    if (Op::kParams >= 1)
+        nd_param_load<T, VEC, I>(a.p0, c0, cols, ro.p0_vec, 1.0f, g);
+    if (Op::kParams >= 2)
+        nd_param_load<T, VEC, I>(a.p1, c0, cols, ro.p1_vec, 0.0f, b);
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+        o[j] = STREAM ? Op::out_stream(st, prm, nd_f(v[j]), g[j], b[j])
+                      : Op::out(st, prm, nd_f(v[j]), g[j], b[j]);
+    nd_row_store<T, VEC, I>(yrow, c0, cols, ro.y_vec, o);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Warp kernel: groups of W lanes, R rows per group per iteration, PACKS packs per lane per row.
+ * ------------------------------------------------------------------------------------------- */
+
+enum { ND_ROWS_WARP_BLOCK = 128 };
+
+/* Threads per SM every row kernel must allow (caps registers at 64 per thread): the row sits in
+ * registers, so occupancy is what hides the latency of the next rows loads. */
+#ifndef ND_ROWS_MIN_THREADS_PER_SM
+#define ND_ROWS_MIN_THREADS_PER_SM 1024
+#endif
+/* The warp kernel holds R rows per lane and more indexing: 768 threads (80 registers). */
+#ifndef ND_ROWS_WARP_MIN_THREADS_PER_SM
+#define ND_ROWS_WARP_MIN_THREADS_PER_SM 768
+#endif
+
+template <int W, int R, int PACKS, int VEC> struct nd_warp_ctx {
+    int h[R];
+    int gl;
+    int cols;
+    float n;
+    /* column of element e (pack e / VEC) of this lane's share of row r */
+    __device__ __forceinline__ bool valid(int r, int e) const
+    {
+        int c = ((e / VEC) * W + gl) * VEC + (e % VEC) - h[r];
+        return c >= 0 && c < cols;
+    }
+    /* true when every element this lane holds of row r is in the row (no pads) */
+    __device__ __forceinline__ bool full(int r) const
+    {
+        return (gl > 0 || h[r] == 0) && ((PACKS - 1) * W + gl + 1) * VEC - h[r] <= cols;
+    }
+    template <int K, class O> __device__ __forceinline__ void allreduce(float (&v)[K], O op) const
+    {
+        nd_warp_allreduce<W, K>(v, op);
+    }
+};
+
+template <class Op, class T, int VEC, int PACKS, int W, int R>
+__global__ void __launch_bounds__(ND_ROWS_WARP_BLOCK, ND_ROWS_WARP_MIN_THREADS_PER_SM / ND_ROWS_WARP_BLOCK)
+nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
+{
+    constexpr int GPW = 32 / W; /* groups per warp */
+    constexpr int N = PACKS * VEC;
+    const int lane = threadIdx.x & 31, gl = lane % W, grp = lane / W;
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+
+    nd_warp_ctx<W, R, PACKS, VEC> ctx;
+    ctx.gl = gl;
+    ctx.cols = (int)a.cols;
+    ctx.n = (float)a.cols;
+
+    /* The loop bound is the same for every lane of a warp: shuffles need all 32. */
+    for (int64_t base = warp * (GPW * R); base < a.rows; base += nwarps * (GPW * R)) {
+        T v[R][N];
+        int64_t row[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            row[r] = base + r * GPW + grp;
+            const T *xrow = a.x + (row[r] < a.rows ? row[r] : 0) * a.cols;
+            ctx.h[r] = nd_grid_offset<T, VEC>(xrow);
+#pragma unroll
+            for (int i = 0; i < PACKS; i++) {
+                int c0 = (i * W + gl) * VEC - ctx.h[r];
+                if (row[r] < a.rows)
+                    nd_row_load_raw<T, VEC, int>(xrow, c0, ctx.cols, Op::kPad, &v[r][i * VEC]);
+                else
+#pragma unroll
+                    for (int j = 0; j < VEC; j++)
+                        v[r][i * VEC + j] = nd_from_float<T>(Op::kPad);
+            }
+        }
+        typename Op::State st[R];
+        Op::template stats<R, N>(v, st, ctx, prm);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (row[r] >= a.rows)
+                continue;
+            if (gl == 0)
+                Op::write_stats(st[r], row[r], prm);
+            T *yrow = a.y + row[r] * a.cols;
+            const nd_row_out ro = nd_row_out_make<T, VEC>(a, yrow, ctx.h[r]);
+#pragma unroll
+            for (int i = 0; i < PACKS; i++) {
+                int c0 = (i * W + gl) * VEC - ctx.h[r];
+                nd_row_emit<Op, T, VEC, false, int>(a, prm, st[r], yrow, c0, ctx.cols, ro,
+                                                    &v[r][i * VEC]);
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Block / cluster kernel: one row per block (CLUSTER false) or per cluster of gridDim-consecutive
+ * blocks (CLUSTER true, cluster size given at launch), the row in registers.
+ * ------------------------------------------------------------------------------------------- */
+
+template <int K> struct nd_rows_smem {
+    nd_cluster_reduce_smem<K> r;
+};
+
+template <bool CLUSTER, int VEC, int PACKS> struct nd_block_ctx {
+    int h;
+    int g, G; /* this thread's index in the row's group, and the group size */
+    int cols;
+    float n;
+    int *round;
+    void *smem; /* nd_cluster_reduce_smem<K> for the largest K used */
+    __device__ __forceinline__ bool valid(int, int e) const
+    {
+        int c = ((e / VEC) * G + g) * VEC + (e % VEC) - h;
+        return c >= 0 && c < cols;
+    }
+    __device__ __forceinline__ bool full(int) const
+    {
+        return (g > 0 || h == 0) && ((PACKS - 1) * G + g + 1) * VEC - h <= cols;
+    }
+    template <int K, class O> __device__ __forceinline__ void allreduce(float (&v)[K], O op) const
+    {
+        auto &sm = *reinterpret_cast<nd_cluster_reduce_smem<K> *>(smem);
+        if (CLUSTER)
+            nd_cluster_allreduce<K>(v, op, sm, (*round)++);
+        else
+            nd_block_allreduce<K>(v, op, sm.block, (*round)++);
+    }
+};
+
+/* Shared memory for every all-reduce an op makes with up to 4 floats. */
+typedef nd_cluster_reduce_smem<4> nd_rows_reduce_smem;
+
+template <class Op, class T, int VEC, int PACKS, int THREADS, bool CLUSTER>
+__global__ void __launch_bounds__(THREADS, ND_ROWS_MIN_THREADS_PER_SM / THREADS)
+nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
+{
+    constexpr int N = PACKS * VEC;
+    __shared__ nd_rows_reduce_smem smem;
+    int round = 0;
+    unsigned rank = 0, csize = 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (CLUSTER) {
+        cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
+        rank = cl.block_rank();
+        csize = cl.num_blocks();
+    }
+#endif
+    nd_block_ctx<CLUSTER, VEC, PACKS> ctx;
+    ctx.g = (int)(rank * THREADS + threadIdx.x);
+    ctx.G = (int)(csize * THREADS);
+    ctx.cols = (int)a.cols;
+    ctx.n = (float)a.cols;
+    ctx.round = &round;
+    ctx.smem = &smem;
+
+    for (int64_t row = blockIdx.x / csize; row < a.rows; row += gridDim.x / csize) {
+        const T *xrow = a.x + row * a.cols;
+        ctx.h = nd_grid_offset<T, VEC>(xrow);
+        T v[1][N];
+#pragma unroll
+        for (int i = 0; i < PACKS; i++) {
+            int c0 = (i * ctx.G + ctx.g) * VEC - ctx.h;
+            nd_row_load_raw<T, VEC, int>(xrow, c0, ctx.cols, Op::kPad, &v[0][i * VEC]);
+        }
+        typename Op::State st[1];
+        Op::template stats<1, N>(v, st, ctx, prm);
+        if (ctx.g == 0)
+            Op::write_stats(st[0], row, prm);
+        T *yrow = a.y + row * a.cols;
+        const nd_row_out ro = nd_row_out_make<T, VEC>(a, yrow, ctx.h);
+#pragma unroll
+        for (int i = 0; i < PACKS; i++) {
+            int c0 = (i * ctx.G + ctx.g) * VEC - ctx.h;
+            nd_row_emit<Op, T, VEC, false, int>(a, prm, st[0], yrow, c0, ctx.cols, ro,
+                                                &v[0][i * VEC]);
+        }
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (CLUSTER) /* no block may leave while another still reads its shared memory */
+        cooperative_groups::this_cluster().sync();
+#endif
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Stream kernel (re-reading fallback) for rows longer than a cluster's registers.
+ * ------------------------------------------------------------------------------------------- */
+
+template <class T, int VEC> struct nd_stream_ctx {
+    const T *xrow;
+    int h;
+    int g, G;
+    int64_t cols, npacks;
+    float n;
+    int *round;
+    void *smem;
+    bool cluster;
+    /* f(x) for every element of the row this thread owns */
+    template <class F> __device__ __forceinline__ void for_each(F f) const
+    {
+        for (int64_t p = g; p < npacks; p += G) {
+            float v[VEC];
+            int64_t c0 = p * VEC - h;
+            nd_row_load<T, VEC, int64_t>(xrow, c0, cols, 0.0f, v);
+#pragma unroll
+            for (int j = 0; j < VEC; j++)
+                if (c0 + j >= 0 && c0 + j < cols)
+                    f(v[j]);
+        }
+    }
+    template <int K, class O> __device__ __forceinline__ void allreduce(float (&v)[K], O op) const
+    {
+        auto &sm = *reinterpret_cast<nd_cluster_reduce_smem<K> *>(smem);
+        if (cluster)
+            nd_cluster_allreduce<K>(v, op, sm, (*round)++);
+        else
+            nd_block_allreduce<K>(v, op, sm.block, (*round)++);
+    }
+};
+
+template <class Op, class T, int VEC, int THREADS>
+__global__ void __launch_bounds__(THREADS, ND_ROWS_MIN_THREADS_PER_SM / THREADS)
+nd_rows_stream_kernel(nd_rows_args<T> a, typename Op::Params prm, int cluster)
+{
+    __shared__ nd_rows_reduce_smem smem;
+    int round = 0;
+    unsigned rank = 0, csize = 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cluster) {
+        cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
+        rank = cl.block_rank();
+        csize = cl.num_blocks();
+    }
+#endif
+    nd_stream_ctx<T, VEC> ctx;
+    ctx.g = (int)(rank * THREADS + threadIdx.x);
+    ctx.G = (int)(csize * THREADS);
+    ctx.cols = a.cols;
+    ctx.n = (float)a.cols;
+    ctx.round = &round;
+    ctx.smem = &smem;
+    ctx.cluster = cluster != 0;
+    for (int64_t row = blockIdx.x / csize; row < a.rows; row += gridDim.x / csize) {
+        ctx.xrow = a.x + row * a.cols;
+        ctx.h = nd_grid_offset<T, VEC>(ctx.xrow);
+        ctx.npacks = (a.cols + ctx.h + VEC - 1) / VEC;
+        typename Op::State st;
+        Op::stream_stats(st, ctx, prm);
+        if (ctx.g == 0)
+            Op::write_stats(st, row, prm);
+        T *yrow = a.y + row * a.cols;
+        const nd_row_out ro = nd_row_out_make<T, VEC>(a, yrow, ctx.h);
+        for (int64_t p = ctx.g; p < ctx.npacks; p += ctx.G) {
+            float v[VEC];
+            int64_t c0 = p * VEC - ctx.h;
+            nd_row_load<T, VEC, int64_t>(ctx.xrow, c0, a.cols, 0.0f, v);
+            nd_row_emit<Op, T, VEC, true, int64_t>(a, prm, st, yrow, c0, a.cols, ro, v);
+        }
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cluster)
+        cooperative_groups::this_cluster().sync();
+#endif
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Launchers
+ * ------------------------------------------------------------------------------------------- */
+
+/* Launch `kernel` with clusters of `csize` blocks of `threads`, as many clusters as fit on the
+ * device at once (capped at `rows`); csize 1 launches plain blocks. */
+template <class... KArgs, class... Args>
+static nd_status nd_rows_launch(void (*kernel)(KArgs...), int threads, int csize, int64_t rows,
+                                const nd_cuda_device_info *di, cudaStream_t s, nd_error *err,
+                                const char *name, Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = s;
+    int64_t units; /* clusters (or blocks) resident at once */
+    if (csize > 1) {
+        if (csize > 8)
+            ND_CUDA_TRY(err, cudaFuncSetAttribute(kernel,
+                                                  cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = csize;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        cfg.gridDim = dim3(csize);
+        int nclusters = 0;
+        ND_CUDA_TRY(err, cudaOccupancyMaxActiveClusters(&nclusters, kernel, &cfg));
+        if (nclusters < 1)
+            return nd_error_set(err, ND_EUNSUPPORTED, "%s: a cluster of %d blocks of %d threads "
+                                "does not fit on this device", name, csize, threads);
+        units = nclusters;
+    } else {
+        int per_sm = 0;
+        ND_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+        if (per_sm < 1)
+            return nd_error_set(err, ND_EDEVICE, "%s: cannot run %d threads per block", name,
+                                threads);
+        units = (int64_t)per_sm * di->sm_count;
+    }
+    if (units > rows)
+        units = rows;
+    cfg.gridDim = dim3((unsigned)(units * csize));
+    ND_CUDA_TRY(err, cudaLaunchKernelEx(&cfg, kernel, args...));
+    ND_CUDA_CHECK_LAUNCH(err, name);
+    return ND_OK;
+}
+
+
+/* Call f(std::integral_constant<int, P>) for the smallest P in [LO, HI] with P >= n (HI if none). */
+template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F f)
+{
+    if constexpr (LO >= HI)
+        return f(std::integral_constant<int, HI>());
+    else if (n <= LO)
+        return f(std::integral_constant<int, LO>());
+    else
+        return nd_rows_pick<LO + 1, HI>(n, f);
+}
+
+/*
+ * The dispatch by row size, one place for every op. Pol (the op's policy) gives:
+ *   kRegFloats     row elements one thread keeps in registers (as floats)
+ *   kRowsInFlight  packs a lane of the warp kernel loads before its first reduction (R rows)
+ *   kBlockMin, kBlockMax   block sizes of the block kernel (powers of two, >= 128)
+ *   kClusterMax    largest cluster (<= 16)
+ *   kStreamThreads block size of the stream kernel
+ * Choice by P, the most 16-byte packs any row spans:
+ *   P <= 16                      warp kernel, W = P rounded up to a power of two lanes per row
+ *   P <= 32 * PM                 warp kernel, a full warp per row, ceil(P / 32) packs per lane
+ *   P <= kBlockMax * PM          block kernel, the smallest block that holds the row
+ *   P <= kClusterMax * kBlockMax * PM   cluster kernel, the smallest power-of-two cluster
+ *   else                         stream kernel (re-reads x: once per statistics round)
+ * where PM = kRegFloats / VEC packs per thread.
+ */
+template <class Op, class T, class Pol>
+static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params &prm, cudaStream_t s,
+                             const char *name, nd_error *err)
+{
+    constexpr int VEC = nd_cuda_type<T>::pack;
+    constexpr int PM = Pol::kRegFloats / VEC;
+    static_assert(PM >= 4 && (PM & (PM - 1)) == 0, "kRegFloats / VEC must be a power of two >= 4");
+    const nd_cuda_device_info *di;
+    nd_status st = nd_cuda_device_info_get(&di, err);
+    if (st != ND_OK)
+        return st;
+    if (!nd_aligned(a.x, sizeof(T)) || !nd_aligned(a.y, sizeof(T)) || !nd_aligned(a.p0, sizeof(T)) ||
+        !nd_aligned(a.p1, sizeof(T)))
+        return nd_error_set(err, ND_EINVAL, "%s: tensors must be aligned to their element size",
+                            name);
+    const bool rows_aligned = nd_aligned(a.x, 16) && a.cols % VEC == 0;
+    const int64_t P = rows_aligned ? a.cols / VEC : (a.cols + 2 * VEC - 2) / VEC;
+    const int64_t cap_block = (int64_t)Pol::kBlockMax * PM;
+    const int max_cluster = di->cluster_launch ? Pol::kClusterMax : 1;
+
+    if (P <= 16) {
+        return nd_rows_pick<0, 4>(P <= 1 ? 0 : 64 - __builtin_clzll((unsigned long long)(P - 1)),
+                                  [&](auto lw) {
+            constexpr int W = 1 << decltype(lw)::value;
+            constexpr int R = Pol::kRowsInFlight;
+            return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, 1, W, R>, ND_ROWS_WARP_BLOCK, 1,
+                                  (a.rows + (ND_ROWS_WARP_BLOCK / W) * R - 1) /
+                                      ((ND_ROWS_WARP_BLOCK / W) * R),
+                                  di, s, err, name, a, prm);
+        });
+    }
+    if (P <= 32 * PM) {
+        return nd_rows_pick<1, PM>((int)((P + 31) / 32), [&](auto pk) {
+            constexpr int PACKS = decltype(pk)::value;
+            constexpr int R = PACKS >= Pol::kRowsInFlight ? 1 : Pol::kRowsInFlight / PACKS;
+            return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, 32, R>, ND_ROWS_WARP_BLOCK,
+                                  1, (a.rows + (ND_ROWS_WARP_BLOCK / 32) * R - 1) /
+                                         ((ND_ROWS_WARP_BLOCK / 32) * R),
+                                  di, s, err, name, a, prm);
+        });
+    }
+    if (P <= cap_block) {
+        int threads = Pol::kBlockMin;
+        while ((int64_t)threads * PM < P)
+            threads *= 2;
+        int packs = (int)((P + threads - 1) / threads);
+        auto go = [&](auto th) {
+            constexpr int TH = decltype(th)::value;
+            return nd_rows_pick<(TH == Pol::kBlockMin ? PM / 4 : PM / 2), PM>(packs, [&](auto pk) {
+                constexpr int PACKS = decltype(pk)::value;
+                return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false>, TH, 1,
+                                      a.rows, di, s, err, name, a, prm);
+            });
+        };
+        static_assert(Pol::kBlockMax <= 4 * Pol::kBlockMin, "block sizes: kBlockMin .. 4x");
+        if (threads == Pol::kBlockMin)
+            return go(std::integral_constant<int, Pol::kBlockMin>());
+        if (threads == 2 * Pol::kBlockMin)
+            return go(std::integral_constant<int, 2 * Pol::kBlockMin>());
+        return go(std::integral_constant<int, Pol::kBlockMax>());
+    }
+    if (P <= max_cluster * cap_block) {
+        int csize = 2;
+        while (csize * cap_block < P)
+            csize *= 2;
+        int packs = (int)((P + (int64_t)csize * Pol::kBlockMax - 1) / ((int64_t)csize * Pol::kBlockMax));
+        return nd_rows_pick<PM / 2, PM>(packs, [&](auto pk) {
+            constexpr int PACKS = decltype(pk)::value;
+            return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, Pol::kBlockMax, true>,
+                                  Pol::kBlockMax, csize, a.rows, di, s, err, name, a, prm);
+        });
+    }
+    int csize = max_cluster;
+    return nd_rows_launch(nd_rows_stream_kernel<Op, T, VEC, Pol::kStreamThreads>,
+                          Pol::kStreamThreads, csize, a.rows, di, s, err, name, a, prm,
+                          csize > 1 ? 1 : 0);
+}
+
+#endif /* ND_ROWS_CUH */
