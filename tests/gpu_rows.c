@@ -1,0 +1,342 @@
+/*
+ * gpu_rows.c - the CUDA backend's last-axis operators (layernorm, rmsnorm, softmax, log_softmax)
+ * against the float64 reference of tests/util, with the shared tolerance rule.
+ *
+ * Every case draws fresh random inputs, poisons y (and mean/rstd) on the device before the call,
+ * runs the public nd_cuda_* entry point on the legacy stream and compares every element. The
+ * shapes walk every kernel of the dispatch (sub-warp groups, warp, block, cluster, stream):
+ * widths 1, 3, 4 .. 1,000,000, rows 1 .. a few hundred, x one element past an aligned address
+ * (y at the same or another offset), gamma/beta present or absent, mean/rstd requested or not,
+ * and rows of mean 1e4 and std 1. One case has more than 2^31 elements, checked on its last rows.
+ * Skipped when there is no CUDA device.
+ */
+#include <criterion/criterion.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/nd_testutil.h"
+
+#define CUDA_OK(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        cr_assert_eq(e_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));                    \
+    } while (0)
+
+static void need_device(void)
+{
+    if (nd_cuda_device_count() < 1)
+        cr_skip_test("no CUDA device");
+}
+
+/* A device buffer of n elements of es bytes starting `off` elements past a 256-byte boundary. */
+typedef struct dbuf {
+    void *base;
+    void *p;
+} dbuf;
+
+static dbuf dalloc(size_t es, int64_t n, int off)
+{
+    dbuf b = {NULL, NULL};
+    CUDA_OK(cudaMalloc(&b.base, (size_t)(n + off) * es));
+    b.p = (char *)b.base + (size_t)off * es;
+    return b;
+}
+
+static void dfree(dbuf b)
+{
+    if (b.base)
+        cudaFree(b.base);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    cr_assert(p, "out of host memory");
+    return p;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * One case
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct rcase {
+    nd_op op;
+    nd_dtype dt;
+    int64_t rows, cols;
+    int xoff, yoff;     /* element offsets from alignment */
+    int params;         /* gamma (and beta for layernorm) given */
+    int stats;          /* mean/rstd requested */
+    double mean, std;   /* of x */
+} rcase;
+
+static void run_case(const rcase *c, uint64_t *rng)
+{
+    const nd_dtype dt = c->dt;
+    const size_t es = nd_dtype_size(dt);
+    const int64_t n = c->rows * c->cols, rows = c->rows, cols = c->cols;
+    void *hx = xmalloc((size_t)n * es), *hy = xmalloc((size_t)n * es);
+    void *hg = xmalloc((size_t)cols * es), *hb = xmalloc((size_t)cols * es);
+    double *fx = xmalloc((size_t)n * sizeof(double)), *ref = xmalloc((size_t)n * sizeof(double));
+    double *fg = xmalloc((size_t)cols * sizeof(double)), *fb = xmalloc((size_t)cols * sizeof(double));
+    double *rmean = xmalloc((size_t)rows * sizeof(double)), *rrstd = xmalloc((size_t)rows * sizeof(double));
+    float *hmean = xmalloc((size_t)rows * 4), *hrstd = xmalloc((size_t)rows * 4);
+
+    nd_fill_random(dt, hx, n, c->mean, c->std, rng, fx);
+    nd_fill_random(dt, hg, cols, 1.0, 0.5, rng, fg);
+    nd_fill_random(dt, hb, cols, 0.0, 0.5, rng, fb);
+    nd_poison(dt, hy, n);
+    nd_poison(ND_FLOAT32, hmean, rows);
+    nd_poison(ND_FLOAT32, hrstd, rows);
+
+    dbuf dx = dalloc(es, n, c->xoff), dy = dalloc(es, n, c->yoff);
+    dbuf dg = dalloc(es, cols, 0), db = dalloc(es, cols, 0);
+    dbuf dm = dalloc(4, rows, 0), dr = dalloc(4, rows, 0);
+    CUDA_OK(cudaMemcpy(dx.p, hx, (size_t)n * es, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dy.p, hy, (size_t)n * es, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dg.p, hg, (size_t)cols * es, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(db.p, hb, (size_t)cols * es, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dm.p, hmean, (size_t)rows * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dr.p, hrstd, (size_t)rows * 4, cudaMemcpyHostToDevice));
+
+    char label[200];
+    snprintf(label, sizeof label, "%s %s rows=%lld cols=%lld xoff=%d yoff=%d params=%d stats=%d "
+             "mean=%g", nd_op_name(c->op), nd_dtype_name(dt), (long long)rows, (long long)cols,
+             c->xoff, c->yoff, c->params, c->stats, c->mean);
+
+    nd_error err = {{0}};
+    nd_status st;
+    const int is_norm = c->op == ND_OP_LAYERNORM || c->op == ND_OP_RMSNORM;
+    if (is_norm) {
+        nd_norm_args a;
+        memset(&a, 0, sizeof a);
+        a.dtype = dt;
+        a.rows = rows;
+        a.cols = cols;
+        a.x = dx.p;
+        a.y = dy.p;
+        a.gamma = c->params ? dg.p : NULL;
+        a.beta = c->params && c->op == ND_OP_LAYERNORM ? db.p : NULL;
+        a.eps = c->op == ND_OP_LAYERNORM ? 1e-5f : 1e-6f;
+        a.mean = c->stats && c->op == ND_OP_LAYERNORM ? (float *)dm.p : NULL;
+        a.rstd = c->stats ? (float *)dr.p : NULL;
+        st = c->op == ND_OP_LAYERNORM ? nd_cuda_layernorm(&a, NULL, &err)
+                                      : nd_cuda_rmsnorm(&a, NULL, &err);
+        if (c->op == ND_OP_LAYERNORM)
+            nd_ref_layernorm(fx, rows, cols, a.gamma ? fg : NULL, a.beta ? fb : NULL, a.eps, ref,
+                             rmean, rrstd);
+        else
+            nd_ref_rmsnorm(fx, rows, cols, a.gamma ? fg : NULL, a.eps, ref, rrstd);
+    } else {
+        nd_softmax_args a = {dt, rows, cols, 1, dx.p, dy.p};
+        int log_ = c->op == ND_OP_LOG_SOFTMAX;
+        st = nd_cuda_softmax(&a, log_, NULL, &err);
+        nd_ref_softmax(fx, rows, cols, 1, log_, ref);
+    }
+    cr_assert_eq(st, ND_OK, "%s: status %d: %s", label, (int)st, err.msg);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(hy, dy.p, (size_t)n * es, cudaMemcpyDeviceToHost));
+
+    char msg[256], what[260];
+    snprintf(what, sizeof what, "%s: y", label);
+    int64_t bad = nd_compare(dt, hy, ref, n, what, msg, sizeof msg);
+    cr_expect_eq(bad, 0, "%lld mismatches; first: %s", (long long)bad, msg);
+    if (is_norm && c->stats) {
+        CUDA_OK(cudaMemcpy(hrstd, dr.p, (size_t)rows * 4, cudaMemcpyDeviceToHost));
+        snprintf(what, sizeof what, "%s: rstd", label);
+        bad = nd_compare_f32(hrstd, rrstd, rows, what, msg, sizeof msg);
+        cr_expect_eq(bad, 0, "%lld mismatches; first: %s", (long long)bad, msg);
+        if (c->op == ND_OP_LAYERNORM) {
+            CUDA_OK(cudaMemcpy(hmean, dm.p, (size_t)rows * 4, cudaMemcpyDeviceToHost));
+            snprintf(what, sizeof what, "%s: mean", label);
+            bad = nd_compare_f32(hmean, rmean, rows, what, msg, sizeof msg);
+            cr_expect_eq(bad, 0, "%lld mismatches; first: %s", (long long)bad, msg);
+        }
+    }
+
+    dfree(dx), dfree(dy), dfree(dg), dfree(db), dfree(dm), dfree(dr);
+    free(hx), free(hy), free(hg), free(hb), free(fx), free(ref), free(fg), free(fb);
+    free(rmean), free(rrstd), free(hmean), free(hrstd);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Shape lists
+ * ------------------------------------------------------------------------------------------- */
+
+/* (rows, cols) covering every kernel: sub-warp groups, a warp, blocks of 128..512, clusters of
+ * 2..16, the stream kernel; widths on and off the 16-byte grid. */
+static const int64_t fixed_shapes[][2] = {
+    {1, 1},      {7, 1},     {5, 3},      {9, 4},     {33, 7},    {3, 32},     {129, 64},
+    {31, 100},   {40, 128},  {17, 255},   {11, 256},  {9, 768},   {9, 1000},   {6, 1024},
+    {5, 1025},   {4, 2048},  {3, 3001},   {4, 4096},  {3, 4097},  {2, 8192},   {2, 12345},
+    {2, 16384},  {1, 20000}, {2, 32768},  {1, 40000}, {1, 65536}, {1, 65539},  {1, 131072},
+    {1, 262144}, {1, 262147}, {1, 1000000},
+};
+
+static void run_op_dtype(nd_op op, nd_dtype dt, uint64_t seed)
+{
+    uint64_t rng = seed;
+    const int nf = (int)(sizeof fixed_shapes / sizeof fixed_shapes[0]);
+    for (int i = 0; i < nf; i++) {
+        rcase c = {op, dt, fixed_shapes[i][0], fixed_shapes[i][1], 0, 0, 1, 1, 0.0, 1.0};
+        /* rotate the variations over the list so every kernel sees each of them */
+        switch (i % 5) {
+        case 1: c.xoff = c.yoff = 1; break;              /* x one element past alignment */
+        case 2: c.params = 0; c.stats = 0; break;        /* no gamma/beta, no statistics */
+        case 3: c.mean = 1e4; break;                     /* a large mean */
+        case 4: c.xoff = 1; c.yoff = 0; c.stats = 0; break; /* x and y on different offsets */
+        default: break;
+        }
+        if (op == ND_OP_SOFTMAX || op == ND_OP_LOG_SOFTMAX)
+            c.std = 3.0; /* exp over many orders of magnitude */
+        run_case(&c, &rng);
+    }
+    /* random shapes, every variation drawn independently */
+    for (int t = 0; t < 24; t++) {
+        rcase c;
+        c.op = op;
+        c.dt = dt;
+        c.rows = 1 + (int64_t)(nd_rand_u64(&rng) % 300);
+        /* log-uniform widths from 1 to about 20000 */
+        c.cols = (int64_t)exp(nd_rand_uniform(&rng) * log(20000.0));
+        if (c.cols < 1)
+            c.cols = 1;
+        c.xoff = (int)(nd_rand_u64(&rng) % 3 == 0);
+        c.yoff = nd_rand_u64(&rng) % 4 == 0 ? 1 - c.xoff : c.xoff;
+        c.params = (int)(nd_rand_u64(&rng) % 2);
+        c.stats = (int)(nd_rand_u64(&rng) % 2);
+        c.mean = nd_rand_u64(&rng) % 4 == 0 ? 1e4 : 0.0;
+        c.std = (op == ND_OP_SOFTMAX || op == ND_OP_LOG_SOFTMAX) ? 3.0 : 1.0;
+        run_case(&c, &rng);
+    }
+    /* a mean of 1e4 on every path, x aligned and not */
+    for (int i = 0; i < nf; i += 2) {
+        rcase c = {op, dt, fixed_shapes[i][0], fixed_shapes[i][1], i % 4 == 0, i % 4 == 0, 1, 1,
+                   1e4, 1.0};
+        run_case(&c, &rng);
+    }
+}
+
+#define OP_DTYPE_TEST(name, op, dt, seed)                                                          \
+    Test(gpu_rows, name)                                                                           \
+    {                                                                                              \
+        need_device();                                                                             \
+        run_op_dtype(op, dt, seed);                                                                \
+    }
+
+OP_DTYPE_TEST(layernorm_f32, ND_OP_LAYERNORM, ND_FLOAT32, 0x1001)
+OP_DTYPE_TEST(layernorm_f16, ND_OP_LAYERNORM, ND_FLOAT16, 0x1002)
+OP_DTYPE_TEST(layernorm_bf16, ND_OP_LAYERNORM, ND_BFLOAT16, 0x1003)
+OP_DTYPE_TEST(rmsnorm_f32, ND_OP_RMSNORM, ND_FLOAT32, 0x2001)
+OP_DTYPE_TEST(rmsnorm_f16, ND_OP_RMSNORM, ND_FLOAT16, 0x2002)
+OP_DTYPE_TEST(rmsnorm_bf16, ND_OP_RMSNORM, ND_BFLOAT16, 0x2003)
+OP_DTYPE_TEST(softmax_f32, ND_OP_SOFTMAX, ND_FLOAT32, 0x3001)
+OP_DTYPE_TEST(softmax_f16, ND_OP_SOFTMAX, ND_FLOAT16, 0x3002)
+OP_DTYPE_TEST(softmax_bf16, ND_OP_SOFTMAX, ND_BFLOAT16, 0x3003)
+OP_DTYPE_TEST(log_softmax_f32, ND_OP_LOG_SOFTMAX, ND_FLOAT32, 0x4001)
+OP_DTYPE_TEST(log_softmax_f16, ND_OP_LOG_SOFTMAX, ND_FLOAT16, 0x4002)
+OP_DTYPE_TEST(log_softmax_bf16, ND_OP_LOG_SOFTMAX, ND_BFLOAT16, 0x4003)
+
+/* ---------------------------------------------------------------------------------------------
+ * More than 2^31 elements: the whole tensor runs, the last rows are checked.
+ * ------------------------------------------------------------------------------------------- */
+
+Test(gpu_rows, beyond_int32_elements)
+{
+    need_device();
+    const nd_dtype dt = ND_FLOAT16;
+    const int64_t cols = 1024, rows = ((int64_t)1 << 31) / cols + 5, n = rows * cols;
+    const int64_t check = 5; /* last rows, all past element 2^31 */
+    size_t free_b = 0, total_b = 0;
+    CUDA_OK(cudaMemGetInfo(&free_b, &total_b));
+    if (free_b < (size_t)n * 2 * 2 + ((size_t)1 << 30))
+        cr_skip_test("not enough device memory for 2 x %lld fp16 elements", (long long)n);
+    uint64_t rng = 0x5001;
+    void *dx, *dy;
+    CUDA_OK(cudaMalloc(&dx, (size_t)n * 2));
+    CUDA_OK(cudaMalloc(&dy, (size_t)n * 2));
+    CUDA_OK(cudaMemset(dx, 0x3c, (size_t)n * 2)); /* 1.06 everywhere else */
+    const int64_t m = check * cols;
+    void *hx = xmalloc((size_t)m * 2), *hy = xmalloc((size_t)m * 2);
+    double *fx = xmalloc((size_t)m * sizeof(double)), *ref = xmalloc((size_t)m * sizeof(double));
+    nd_fill_random(dt, hx, m, 0.0, 2.0, &rng, fx);
+    char *tail_x = (char *)dx + (size_t)(n - m) * 2, *tail_y = (char *)dy + (size_t)(n - m) * 2;
+    CUDA_OK(cudaMemcpy(tail_x, hx, (size_t)m * 2, cudaMemcpyHostToDevice));
+    char msg[256];
+    for (int k = 0; k < 3; k++) {
+        nd_poison(dt, hy, m);
+        CUDA_OK(cudaMemcpy(tail_y, hy, (size_t)m * 2, cudaMemcpyHostToDevice));
+        nd_error err = {{0}};
+        nd_status st;
+        if (k == 0) {
+            nd_norm_args a = {dt, rows, cols, dx, dy, NULL, NULL, 1e-5f, NULL, NULL};
+            st = nd_cuda_layernorm(&a, NULL, &err);
+            nd_ref_layernorm(fx, check, cols, NULL, NULL, 1e-5, ref, NULL, NULL);
+        } else if (k == 1) {
+            nd_norm_args a = {dt, rows, cols, dx, dy, NULL, NULL, 1e-6f, NULL, NULL};
+            st = nd_cuda_rmsnorm(&a, NULL, &err);
+            nd_ref_rmsnorm(fx, check, cols, NULL, 1e-6, ref, NULL);
+        } else {
+            nd_softmax_args a = {dt, rows, cols, 1, dx, dy};
+            st = nd_cuda_softmax(&a, 0, NULL, &err);
+            nd_ref_softmax(fx, check, cols, 1, 0, ref);
+        }
+        cr_assert_eq(st, ND_OK, "op %d: %s", k, err.msg);
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(hy, tail_y, (size_t)m * 2, cudaMemcpyDeviceToHost));
+        int64_t bad = nd_compare(dt, hy, ref, m, k == 0 ? "layernorm tail" : k == 1 ? "rmsnorm tail"
+                                                                                   : "softmax tail",
+                                 msg, sizeof msg);
+        cr_expect_eq(bad, 0, "%lld mismatches; first: %s", (long long)bad, msg);
+    }
+    cudaFree(dx);
+    cudaFree(dy);
+    free(hx), free(hy), free(fx), free(ref);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Arguments the backend must refuse, and the CPU backend agreeing on one shape.
+ * ------------------------------------------------------------------------------------------- */
+
+Test(gpu_rows, bad_arguments)
+{
+    need_device();
+    nd_error err = {{0}};
+    nd_norm_args a = {ND_FLOAT32, 0, 4, (void *)16, (void *)16, NULL, NULL, 1e-5f, NULL, NULL};
+    cr_expect_eq(nd_cuda_layernorm(&a, NULL, &err), ND_EINVAL);
+    a.rows = 1;
+    a.x = NULL;
+    cr_expect_eq(nd_cuda_rmsnorm(&a, NULL, &err), ND_EINVAL);
+    nd_softmax_args s = {ND_FLOAT16, 1, 0, 1, (void *)16, (void *)16};
+    cr_expect_eq(nd_cuda_softmax(&s, 0, NULL, &err), ND_EINVAL);
+}
+
+Test(gpu_rows, agrees_with_cpu_backend)
+{
+    need_device();
+    /* float32 layernorm on the CPU and the GPU: both within the rule of the reference, so
+     * within twice the rule of each other */
+    const int64_t rows = 64, cols = 3001, n = rows * cols;
+    uint64_t rng = 0x6001;
+    float *hx = xmalloc((size_t)n * 4), *hc = xmalloc((size_t)n * 4), *hg = xmalloc((size_t)n * 4);
+    nd_fill_random(ND_FLOAT32, hx, n, 3.0, 2.0, &rng, NULL);
+    nd_norm_args a = {ND_FLOAT32, rows, cols, hx, hc, NULL, NULL, 1e-5f, NULL, NULL};
+    nd_error err = {{0}};
+    cr_assert_eq(nd_cpu_layernorm(&a, &err), ND_OK, "%s", err.msg);
+    dbuf dx = dalloc(4, n, 0), dy = dalloc(4, n, 0);
+    CUDA_OK(cudaMemcpy(dx.p, hx, (size_t)n * 4, cudaMemcpyHostToDevice));
+    a.x = dx.p;
+    a.y = dy.p;
+    cr_assert_eq(nd_cuda_layernorm(&a, NULL, &err), ND_OK, "%s", err.msg);
+    CUDA_OK(cudaMemcpy(hg, dy.p, (size_t)n * 4, cudaMemcpyDeviceToHost));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs((double)hg[i] - hc[i]) <= 2e-5 * fmax(1.0, fabs((double)hc[i]))))
+            bad++;
+    cr_expect_eq(bad, 0, "%lld elements differ from the CPU backend", (long long)bad);
+    dfree(dx), dfree(dy);
+    free(hx), free(hc), free(hg);
+}
