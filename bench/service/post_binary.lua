@@ -1,0 +1,74 @@
+-- post_binary.lua - wrk script: POSTs one raw binary normd request, over and over.
+--
+-- The request is chosen by environment variables (wrk passes none of its own to scripts):
+--   NORMD_OP     layernorm | rmsnorm | softmax | log_softmax   (default layernorm)
+--   NORMD_DTYPE  float16 | bfloat16 | float32                  (default float16)
+--   NORMD_SHAPE  comma-separated shape                         (default 8,4096)
+-- x is random bytes shaped into small finite values (|x| in [1/8, 8), either sign), so no NaN or
+-- infinity reaches the kernels; every wrk thread builds its own body once, in init.
+--
+-- done() prints one parseable line:
+--   RESULT requests=N duration_us=N rps=F p50_us=F p90_us=F p99_us=F max_us=F
+--          connect_errors=N read_errors=N write_errors=N timeouts=N non2xx=N req_bytes=N
+
+local op = os.getenv("NORMD_OP") or "layernorm"
+local dtype = os.getenv("NORMD_DTYPE") or "float16"
+local shape = os.getenv("NORMD_SHAPE") or "8,4096"
+
+local elems = 1
+for d in string.gmatch(shape, "%d+") do
+   elems = elems * tonumber(d)
+end
+
+-- One element's bytes, little-endian, from two random bytes.
+local function element(dt)
+   local lo = math.random(0, 255)
+   local sign = math.random(0, 1) * 128
+   if dt == "float16" then
+      -- exponent field 12..17 (bits 14..10): 2^-3 .. 2^2 times 1.mantissa
+      return string.char(lo, sign + math.random(12 * 4, 17 * 4 + 3))
+   elseif dt == "bfloat16" then
+      -- high byte = sign + top 7 of 8 exponent bits: 0x3E..0x40 is 2^-3 .. 2^2 (and a bit)
+      return string.char(lo, sign + math.random(0x3E, 0x40))
+   else
+      -- float32: 0x3E00_0000 .. 0x40FF_FFFF, 2^-3 .. 2^2 (and a bit)
+      return string.char(math.random(0, 255), lo, math.random(0, 255),
+                         sign + math.random(0x3E, 0x40))
+   end
+end
+
+local function make_body(seed)
+   math.randomseed(seed)
+   local parts = {}
+   for i = 1, elems do
+      parts[i] = element(dtype)
+   end
+   return table.concat(parts)
+end
+
+local counter = 0
+function setup(thread)
+   counter = counter + 1
+   thread:set("id", counter)
+end
+
+local req
+function init(args)
+   local body = make_body(12345 + (id or 0))
+   local path = "/v1/" .. op .. "?shape=" .. shape .. "&dtype=" .. dtype
+   req = wrk.format("POST", path, {["Content-Type"] = "application/octet-stream"}, body)
+end
+
+function request()
+   return req
+end
+
+function done(summary, latency, requests)
+   local e = summary.errors
+   io.write(string.format(
+      "RESULT requests=%d duration_us=%d rps=%.1f p50_us=%.1f p90_us=%.1f p99_us=%.1f max_us=%.1f " ..
+      "connect_errors=%d read_errors=%d write_errors=%d timeouts=%d non2xx=%d req_bytes=%d\n",
+      summary.requests, summary.duration, summary.requests / (summary.duration / 1e6),
+      latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max,
+      e.connect, e.read, e.write, e.timeout, e.status, elems * (dtype == "float32" and 4 or 2)))
+end
