@@ -156,3 +156,29 @@ fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%)
 	  $(BUILD)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
 	    -artifact_prefix=$(BUILD)/fuzz/$$t- $(BUILD)/fuzz/corpus_$$t fuzz/seeds/$$t; \
 	done
+
+# ---- GPU benchmarks ----
+# bench/*.cu are built by nvcc against the kernels library. make bench-gpu runs the kernel
+# benchmark (BENCH_ARGS, e.g. --suite rows), PyTorch on the same shapes, and prints the joined
+# table; bench/gpu_check.sh is the one-call entry on the GPU machine (tests + both benches).
+BENCH_ARGS ?=
+$(BUILD)/bench/%: bench/%.cu $(BUILD)/libndkernels.a
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $< $(BUILD)/libndkernels.a -o $@ -lpthread -lm
+
+bench-gpu: $(BUILD)/bench/bench_gpu
+	@mkdir -p bench/results
+	./$(BUILD)/bench/bench_gpu --csv bench/results/gpu.csv $(BENCH_ARGS)
+	python3 bench/torch_bench.py --csv bench/results/torch.csv $(BENCH_ARGS)
+	python3 bench/plot.py --table bench/results/gpu.csv bench/results/torch.csv
+
+gpu-check: $(BUILD)/bench/bench_gpu $(GPU_BIN)
+	bench/gpu_check.sh
+
+# ---- service benchmark ----
+# make bench-service: bench/service/run.sh starts $(BUILD)/normd (cuda with batching, cuda with
+# batching off, null) and drives it over loopback with wrk; CSV in bench/results/service.csv.
+# `python3 bench/service/plot.py` draws bench/results/service.png from it (matplotlib).
+# Variables for run.sh: CONFIGS, CONNS, DURATION, WRK_THREADS, NORMD_EXTRA, RESULTS_DIR.
+bench-service: $(BUILD)/normd
+	NORMD_BIN=$(BUILD)/normd bench/service/run.sh

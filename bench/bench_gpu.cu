@@ -1,0 +1,337 @@
+/*
+ * bench_gpu.cu - kernel benchmark of the CUDA backend through its public API, against the memory
+ * ceiling measured in the same run.
+ *
+ * For every shape: effective bandwidth = (bytes of x read + bytes of y written) / time, and the
+ * ceiling = the faster of cudaMemcpyAsync device-to-device and a 16-byte vectorized copy kernel
+ * moving the same number of bytes. Timing: each measurement captures N launches into a CUDA graph
+ * (so launch gaps count neither for normd, nor for the copies, nor for PyTorch in torch_bench.py),
+ * rotating among k input/output sets so the working set is well past L2; the graph is replayed
+ * after a warm-up and the median replay time over N is the time per launch. Inputs are random.
+ *
+ *   bench_gpu [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] [--csv PATH] [--quick]
+ *
+ * Prints a table and writes CSV (default bench/results/gpu.csv).
+ */
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#include "../kernels/nd_ops.h"
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* ---------------------------------------------------------------------------------------------
+ * Settings
+ * ------------------------------------------------------------------------------------------- */
+
+static const double kWorkingSet = 512.0 * (1 << 20); /* bytes of x + y over all rotated sets */
+static const double kGraphBytes = 2.0 * (1 << 30);   /* bytes moved per graph replay, at least */
+static const int kReplays = 9;                       /* timed replays (median), after one warm-up */
+
+/* ---------------------------------------------------------------------------------------------
+ * Device helpers: random fill, the copy kernel
+ * ------------------------------------------------------------------------------------------- */
+
+__device__ __forceinline__ float hash_uniform(uint64_t i, uint32_t seed)
+{
+    uint64_t z = i * 0x9E3779B97F4A7C15ull + seed * 0xD1B54A32D192ED03ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
+}
+
+template <class T>
+__global__ void fill_kernel(T *p, int64_t n, uint32_t seed, float lo, float hi)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float u = lo + (hi - lo) * hash_uniform((uint64_t)i, seed);
+        if constexpr (sizeof(T) == 4)
+            p[i] = u;
+        else if constexpr (std::is_same<T, __half>::value)
+            p[i] = __float2half_rn(u);
+        else
+            p[i] = __float2bfloat16_rn(u);
+    }
+}
+
+static void fill(nd_dtype dt, void *p, int64_t n, uint32_t seed, float lo, float hi)
+{
+    if (dt == ND_FLOAT32)
+        fill_kernel<float><<<1024, 256>>>((float *)p, n, seed, lo, hi);
+    else if (dt == ND_FLOAT16)
+        fill_kernel<__half><<<1024, 256>>>((__half *)p, n, seed, lo, hi);
+    else
+        fill_kernel<__nv_bfloat16><<<1024, 256>>>((__nv_bfloat16 *)p, n, seed, lo, hi);
+    CK(cudaGetLastError());
+}
+
+/* 16-byte vectorized copy, four independent 16-byte loads in flight per thread. */
+__global__ void __launch_bounds__(256) copy_kernel(const uint4 *__restrict__ src, uint4 *__restrict__ dst,
+                                                   int64_t n16)
+{
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n16; i += 4 * stride) {
+        uint4 a = __ldcs(src + i), b = __ldcs(src + i + stride), c = __ldcs(src + i + 2 * stride),
+              d = __ldcs(src + i + 3 * stride);
+        __stcs(dst + i, a);
+        __stcs(dst + i + stride, b);
+        __stcs(dst + i + 2 * stride, c);
+        __stcs(dst + i + 3 * stride, d);
+    }
+    for (; i < n16; i += stride)
+        __stcs(dst + i, __ldcs(src + i));
+}
+
+static int copy_grid;
+
+/* ---------------------------------------------------------------------------------------------
+ * Timing: N launches in one graph, median replay time / N
+ * ------------------------------------------------------------------------------------------- */
+
+template <class F> static double time_graph(cudaStream_t s, int n, F launch)
+{
+    launch(0); /* outside capture: lazy module loading, first-use attributes */
+    CK(cudaStreamSynchronize(s));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < n; i++)
+        launch(i);
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaGraphLaunch(ge, s)); /* warm-up */
+    std::vector<float> ms;
+    for (int r = 0; r < kReplays; r++) {
+        CK(cudaEventRecord(e0, s));
+        CK(cudaGraphLaunch(ge, s));
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float t;
+        CK(cudaEventElapsedTime(&t, e0, e1));
+        ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    return ms[ms.size() / 2] * 1e3 / n; /* microseconds per launch */
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Shapes
+ * ------------------------------------------------------------------------------------------- */
+
+struct shape {
+    std::string suite, op, name; /* op: layernorm rmsnorm softmax log_softmax prelu prelu_shared */
+    int64_t outer, dim, inner;   /* rows: (rows, cols, 1); axis: (outer, dim, inner);
+                                    prelu: (N, C, HW) */
+};
+
+static std::vector<shape> make_shapes(bool quick)
+{
+    std::vector<shape> v;
+    const char *row_ops[] = {"layernorm", "rmsnorm", "softmax", "log_softmax"};
+    std::vector<int64_t> cols = {32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 4096, 8192, 16384, 32768};
+    if (quick)
+        cols = {32, 256, 1024, 4096, 32768};
+    for (const char *op : row_ops) {
+        for (int64_t c : cols) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "49152x%lld", (long long)c);
+            v.push_back({"rows", op, nm, 49152, c, 1});
+        }
+        /* long rows: 256 MB of 16-bit x (512 MB of float32) */
+        for (int64_t c : {65536LL, 262144LL, 1048576LL}) {
+            int64_t r = ((int64_t)128 << 20) / c;
+            char nm[64];
+            snprintf(nm, sizeof nm, "%lldx%lld", (long long)r, (long long)c);
+            v.push_back({"rows", op, nm, r, c, 1});
+        }
+    }
+    struct ax { int64_t s[4]; int rank, axis; };
+    const ax axes[] = {{{128, 128, 16, 16}, 4, 0}, {{512, 896, 4, 12}, 4, 1},
+                       {{32, 1000, 56, 56}, 4, 1}, {{8, 32768, 64, 1}, 3, 1},
+                       {{65536, 8, 128, 1}, 3, 1}};
+    for (const char *op : {"softmax", "log_softmax"}) {
+        for (const ax &a : axes) {
+            int64_t outer = 1, inner = 1;
+            for (int i = 0; i < a.axis; i++)
+                outer *= a.s[i];
+            for (int i = a.axis + 1; i < a.rank; i++)
+                inner *= a.s[i];
+            std::string nm = "(";
+            for (int i = 0; i < a.rank; i++)
+                nm += (i ? "," : "") + std::to_string(a.s[i]);
+            nm += ")ax" + std::to_string(a.axis);
+            v.push_back({"axis", op, nm, outer, a.s[a.axis], inner});
+        }
+    }
+    const int64_t pr[][4] = {{96, 64, 112, 112}, {96, 128, 56, 56}, {96, 256, 28, 28},
+                             {96, 512, 14, 14},  {96, 512, 7, 7},   {96, 64, 111, 111}};
+    for (auto &p : pr) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "(%lld,%lld,%lld,%lld)", (long long)p[0], (long long)p[1],
+                 (long long)p[2], (long long)p[3]);
+        v.push_back({"prelu", "prelu", nm, p[0], p[1], p[2] * p[3]});
+    }
+    v.push_back({"prelu", "prelu_shared", "(96,64,112,112)", 96, 64, 112 * 112});
+    return v;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Main
+ * ------------------------------------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+    std::string suite = "all", only_op, only_dtype, csv = "bench/results/gpu.csv";
+    bool quick = false;
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        if (a == "--suite" && i + 1 < argc)
+            suite = argv[++i];
+        else if (a == "--op" && i + 1 < argc)
+            only_op = argv[++i];
+        else if (a == "--dtype" && i + 1 < argc)
+            only_dtype = argv[++i];
+        else if (a == "--csv" && i + 1 < argc)
+            csv = argv[++i];
+        else if (a == "--quick")
+            quick = true;
+        else {
+            fprintf(stderr, "usage: %s [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] "
+                    "[--csv PATH] [--quick]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (nd_cuda_device_count() < 1) {
+        fprintf(stderr, "no CUDA device\n");
+        return 1;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, copy_kernel, 256, 0));
+    copy_grid = per_sm * prop.multiProcessorCount;
+    FILE *f = fopen(csv.c_str(), "w");
+    if (!f) {
+        perror(csv.c_str());
+        return 1;
+    }
+    fprintf(f, "device,suite,op,dtype,shape,rows,cols,inner,bytes,time_us,gbps,ceiling_gbps,"
+            "pct_ceiling,copy_kernel_gbps,memcpy_gbps,copy_time_us\n");
+    printf("device: %s (%d SMs, L2 %d MB)\n", prop.name, prop.multiProcessorCount,
+           prop.l2CacheSize >> 20);
+    printf("%-12s %-9s %-24s %10s %9s %9s %7s %9s\n", "op", "dtype", "shape", "time_us", "GB/s",
+           "ceil", "%ceil", "x_copy");
+
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const nd_dtype dts[] = {ND_FLOAT32, ND_FLOAT16, ND_BFLOAT16};
+    for (const shape &sh : make_shapes(quick)) {
+        if (suite != "all" && suite != sh.suite)
+            continue;
+        if (!only_op.empty() && only_op != sh.op)
+            continue;
+        for (nd_dtype dt : dts) {
+            if (!only_dtype.empty() && only_dtype != nd_dtype_name(dt))
+                continue;
+            const size_t es = nd_dtype_size(dt);
+            const int64_t n = sh.outer * sh.dim * sh.inner;
+            const double xb = (double)n * es, moved = 2 * xb;
+            int k = (int)std::min(64.0, std::max(1.0, std::ceil(kWorkingSet / moved)));
+            int N = (int)std::min(2000.0, std::max((double)k, std::ceil(kGraphBytes / moved)));
+            N = std::max(N, 3);
+            std::vector<void *> xs(k), ys(k);
+            for (int i = 0; i < k; i++) {
+                CK(cudaMalloc(&xs[i], (size_t)n * es + 16));
+                CK(cudaMalloc(&ys[i], (size_t)n * es + 16));
+                fill(dt, xs[i], n, 1234 + i, -2.0f, 2.0f);
+            }
+            void *gamma = NULL, *beta = NULL;
+            int64_t np = sh.suite == "prelu" ? sh.dim : sh.dim;
+            CK(cudaMalloc(&gamma, (size_t)np * es));
+            CK(cudaMalloc(&beta, (size_t)np * es));
+            fill(dt, gamma, np, 99, 0.5f, 1.5f);
+            fill(dt, beta, np, 98, -0.5f, 0.5f);
+            CK(cudaDeviceSynchronize());
+
+            nd_error err = {{0}};
+            auto run = [&](int i) {
+                void *x = xs[i % k], *y = ys[i % k];
+                nd_status st = ND_OK;
+                if (sh.op == "layernorm" || sh.op == "rmsnorm") {
+                    nd_norm_args a = {dt, sh.outer, sh.dim, x, y, gamma, beta,
+                                      sh.op == "layernorm" ? 1e-5f : 1e-6f, NULL, NULL};
+                    st = sh.op == "layernorm" ? nd_cuda_layernorm(&a, s, &err)
+                                              : nd_cuda_rmsnorm(&a, s, &err);
+                } else if (sh.op == "softmax" || sh.op == "log_softmax") {
+                    nd_softmax_args a = {dt, sh.outer, sh.dim, sh.inner, x, y};
+                    st = nd_cuda_softmax(&a, sh.op == "log_softmax", s, &err);
+                } else {
+                    nd_prelu_args a = {dt, sh.outer, sh.dim, sh.inner, x, y, gamma,
+                                       sh.op == "prelu_shared" ? 1 : sh.dim};
+                    st = nd_cuda_prelu(&a, s, &err);
+                }
+                if (st != ND_OK) {
+                    fprintf(stderr, "%s %s %s: %s\n", sh.op.c_str(), nd_dtype_name(dt),
+                            sh.name.c_str(), err.msg);
+                    exit(1);
+                }
+            };
+            double t = time_graph(s, N, run);
+            const int64_t n16 = (int64_t)(xb / 16);
+            double tk = time_graph(s, N, [&](int i) {
+                copy_kernel<<<copy_grid, 256, 0, s>>>((const uint4 *)xs[i % k], (uint4 *)ys[i % k], n16);
+                CK(cudaGetLastError());
+            });
+            double tm = time_graph(s, N, [&](int i) {
+                CK(cudaMemcpyAsync(ys[i % k], xs[i % k], (size_t)xb, cudaMemcpyDeviceToDevice, s));
+            });
+            double gbps = moved / t / 1e3, gk = moved / tk / 1e3, gm = moved / tm / 1e3;
+            double ceil_g = std::max(gk, gm), tc = std::min(tk, tm);
+            char dims[64];
+            snprintf(dims, sizeof dims, "%lld,%lld,%lld", (long long)sh.outer, (long long)sh.dim,
+                     (long long)sh.inner);
+            fprintf(f, "\"%s\",%s,%s,%s,\"%s\",%s,%.0f,%.3f,%.1f,%.1f,%.2f,%.1f,%.1f,%.3f\n",
+                    prop.name, sh.suite.c_str(), sh.op.c_str(), nd_dtype_name(dt), sh.name.c_str(),
+                    dims, moved, t, gbps, ceil_g, 100.0 * gbps / ceil_g, gk, gm, tc);
+            fflush(f);
+            printf("%-12s %-9s %-24s %10.2f %9.1f %9.1f %6.1f%% %8.2fx\n", sh.op.c_str(),
+                   nd_dtype_name(dt), sh.name.c_str(), t, gbps, ceil_g, 100.0 * gbps / ceil_g,
+                   t / tk);
+            fflush(stdout);
+            for (int i = 0; i < k; i++) {
+                CK(cudaFree(xs[i]));
+                CK(cudaFree(ys[i]));
+            }
+            CK(cudaFree(gamma));
+            CK(cudaFree(beta));
+        }
+    }
+    fclose(f);
+    return 0;
+}
