@@ -45,6 +45,9 @@ static const opt options[] = {
      "CUDA streams (batches in flight) per device (default 4)"},
     {"devices", "NORMD_DEVICES", OPT_DEVICES, 0, 0, 0,
      "comma-separated CUDA device ordinals (default: all visible)"},
+    {"cuda-spin-us", "NORMD_CUDA_SPIN_US", OPT_INT, OFF(cuda_spin_us), 0, 100000,
+     "poll a CUDA batch this long before sleeping until it completes (default 0: sleep at "
+     "once; a short poll trades CPU for latency at low load)"},
     {"fault-every", "NORMD_FAULT_EVERY", OPT_INT, OFF(fault_every), 0, INT_MAX,
      "testing only: fail every Nth batch with a backend error (default 0: never)"},
     {"verbose", "NORMD_VERBOSE", OPT_INT, OFF(verbose), 0, 3, "log level 0-3 (default 1)"},

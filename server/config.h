@@ -33,6 +33,7 @@ typedef struct nd_config {
     int streams;               /* CUDA streams per device (batches in flight per device) */
     int devices[ND_MAX_DEVICES];
     int ndevices;              /* 0 = every visible device */
+    int cuda_spin_us;          /* poll a batch's stream this long before blocking on it */
     int fault_every;           /* testing: fail every Nth batch with a backend error (0 = never) */
     int verbose;
 } nd_config;
