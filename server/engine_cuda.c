@@ -13,7 +13,9 @@
  *     devices and load spreads without a separate scheduler.
  *   - Contexts are created with cudaDeviceScheduleBlockingSync: a batcher thread that waits for
  *     its stream sleeps instead of spinning, so streams x devices waiting threads do not eat the
- *     cores the HTTP threads need.
+ *     cores the HTTP threads need. The wake-up costs latency (tens of microseconds, more under
+ *     load); --cuda-spin-us N polls the stream for up to N us first, for deployments that would
+ *     rather spend CPU than latency. Off by default.
  *   - Streams are non-blocking, so the synchronous copies of param_attach (legacy default stream,
  *     on an HTTP thread) never serialise with batches in flight.
  *   - Buffers grow on demand and are kept: in steady state nothing is allocated on the request
@@ -50,6 +52,7 @@ nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "params.h"
 
@@ -74,6 +77,7 @@ typedef struct cuda_engine {
     nd_engine base;
     int ordinal[ND_MAX_DEVICES];
     int verbose;
+    int spin_us; /* --cuda-spin-us: poll the stream this long before blocking on it */
     atomic_int broken_claim; /* the first thread to see a sticky error claims the message */
     atomic_int broken;       /* then sets this, after writing broken_msg */
     char broken_msg[256];
@@ -213,6 +217,29 @@ static nd_status cuda_staging(nd_engine *e, int slot, size_t in_bytes, size_t ou
 }
 
 /* ---- run ---- */
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* Wait until everything queued on the stream is done. With spin_us > 0, poll first for at most
+ * that long: a small batch often completes within tens of microseconds, sooner than a sleeping
+ * thread is woken by blocking sync. Then (or at once, by default) sleep in the driver. */
+static cudaError_t stream_wait(const cuda_engine *ce, cudaStream_t stream)
+{
+    if (ce->spin_us > 0) {
+        const double until = now_us() + ce->spin_us;
+        do {
+            cudaError_t q = cudaStreamQuery(stream);
+            if (q != cudaErrorNotReady)
+                return q;
+        } while (now_us() < until);
+    }
+    return cudaStreamSynchronize(stream);
+}
 
 /* Raise *end to the end of [p, p + n) as an offset from base; 0 when that range does not lie
  * within [base, base + cap). NULL p is fine and changes nothing. */
@@ -360,11 +387,11 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
     }
     /* Always drain: the H2D copy may still be reading staging the batcher is about to reuse. An
      * asynchronous fault of the kernel shows up here. */
-    cudaError_t se = cudaStreamSynchronize(s->stream);
+    cudaError_t se = stream_wait(ce, s->stream);
     if (se != cudaSuccess) {
-        nd_status sst = cuda_fail(ce, s->dev, se, "cudaStreamSynchronize", err);
+        nd_status sst = cuda_fail(ce, s->dev, se, "waiting for the stream", err);
         if (st != ND_OK)
-            nd_error_set(err, sst, "%s (then cudaStreamSynchronize: %s)", kerr.msg,
+            nd_error_set(err, sst, "%s (then waiting for the stream: %s)", kerr.msg,
                          cudaGetErrorString(se));
         b->d2h_bytes = 0;
         return sst;
@@ -511,6 +538,7 @@ nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
     }
     ce->base.vt = &cuda_vt;
     ce->verbose = cfg->verbose;
+    ce->spin_us = cfg->cuda_spin_us;
     atomic_init(&ce->broken_claim, 0);
     atomic_init(&ce->broken, 0);
 
