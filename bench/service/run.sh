@@ -15,7 +15,9 @@
 #
 # Environment: NORMD_BIN (build/normd), RESULTS_DIR (bench/results), DURATION (seconds per run,
 # 5), CONNS ("1 16 64 256"), WRK_THREADS (8), CONFIGS ("cuda-batch cuda-nobatch null"),
-# NORMD_EXTRA (more daemon flags for every configuration), WORK (scratch dir, a temporary one).
+# NORMD_EXTRA (more daemon flags for every configuration), LABEL_SUFFIX (appended to the config
+# names in the CSV, e.g. "+spin100" for a run with NORMD_EXTRA="--cuda-spin-us 100"), CSV_NAME
+# (service.csv), WORK (scratch dir, a temporary one).
 # Needs wrk, curl, python3. Only 127.0.0.1 is ever contacted.
 set -euo pipefail
 
@@ -30,7 +32,8 @@ NORMD_EXTRA=${NORMD_EXTRA:-}
 WORKLOADS=${WORKLOADS:-"layernorm:float16:8,4096 rmsnorm:bfloat16:1,4096"}
 WORK=${WORK:-$(mktemp -d)}
 mkdir -p "$RESULTS_DIR" "$WORK"
-CSV=$RESULTS_DIR/service.csv
+LABEL_SUFFIX=${LABEL_SUFFIX:-}
+CSV=$RESULTS_DIR/${CSV_NAME:-service.csv}
 
 for tool in wrk curl python3; do
     command -v $tool >/dev/null || { echo "run.sh: $tool not found" >&2; exit 1; }
@@ -135,7 +138,7 @@ for config in $CONFIGS; do
             sockerr=$(( $(field connect_errors "$line") + $(field read_errors "$line") + \
                         $(field write_errors "$line") + $(field timeouts "$line") ))
             bytes=$(field req_bytes "$line")
-            awk -v cfg="$config" -v op="$op" -v dt="$dtype" -v sh="${shape//,/x}" -v c="$c" \
+            awk -v cfg="$config$LABEL_SUFFIX" -v op="$op" -v dt="$dtype" -v sh="${shape//,/x}" -v c="$c" \
                 -v d="$DURATION" -v req="$req" -v rps="$rps" -v b="$bytes" -v p50="$p50" \
                 -v p99="$p99" -v s="$(awk -v a="$s1" -v b="$s0" 'BEGIN{print a-b}')" \
                 -v n="$(awk -v a="$n1" -v b="$n0" 'BEGIN{print a-b}')" -v e2="$non2xx" \
@@ -171,6 +174,7 @@ tmp=$CSV.tmp
 while IFS= read -r l; do
     if [[ $l == *,SPOT,* ]]; then
         IFS=, read -r cfg op _ <<<"$l"
+        cfg=${cfg%"$LABEL_SUFFIX"}
         l=${l/,SPOT,/,${spot[$cfg,$op]},}
     fi
     echo "$l" >>"$tmp"
