@@ -4,7 +4,9 @@
 One column per workload; top row requests/s, bottom row p50 (solid) and p99 (dashed) latency,
 both against wrk connections, one line per configuration.
 
-  python3 bench/service/plot.py [CSV] [PNG]     (defaults: bench/results/service.csv, .png)
+  python3 bench/service/plot.py [-o PNG] [CSV ...]
+      (defaults: bench/results/service.csv, PNG next to the first CSV). Several CSVs of one
+      session (e.g. a variant run with LABEL_SUFFIX) are drawn together.
 """
 import csv
 import sys
@@ -16,15 +18,21 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 STYLE = {"cuda-batch": "tab:green", "cuda-nobatch": "tab:red", "null": "tab:gray",
-         "cpu-batch": "tab:blue", "cpu-nobatch": "tab:orange"}
+         "cpu-batch": "tab:blue", "cpu-nobatch": "tab:orange",
+         "cuda-batch+spin100": "tab:olive", "cuda-nobatch+spin100": "tab:pink",
+         "cuda-batch+streams8": "tab:cyan"}
 
 
 def main():
-    src = sys.argv[1] if len(sys.argv) > 1 else "bench/results/service.csv"
-    dst = sys.argv[2] if len(sys.argv) > 2 else src.rsplit(".", 1)[0] + ".png"
-    rows = list(csv.DictReader(open(src)))
+    args = sys.argv[1:]
+    dst = None
+    if len(args) >= 2 and args[0] == "-o":
+        dst, args = args[1], args[2:]
+    srcs = args or ["bench/results/service.csv"]
+    dst = dst or srcs[0].rsplit(".", 1)[0] + ".png"
+    rows = [r for src in srcs for r in csv.DictReader(open(src))]
     if not rows:
-        sys.exit("plot.py: %s has no rows" % src)
+        sys.exit("plot.py: %s: no rows" % " ".join(srcs))
     series = defaultdict(list)  # (workload, config) -> rows
     workloads, configs = [], []
     for r in rows:
