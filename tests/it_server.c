@@ -1,0 +1,885 @@
+/*
+ * it_server.c - integration tests: build/normd started on a free port, driven with libcurl.
+ *
+ * Every op x dtype over JSON and raw binary is checked against the float64 reference in
+ * tests/util; every class of bad input gets its 4xx and a message naming the problem, and the
+ * daemon answers a valid request right after; concurrent requests are served in fewer batches than
+ * requests, each with its own answer; overload answers 503 with Retry-After; SIGTERM answers what
+ * was accepted and exits 0. The backend comes from $NORMD_BACKEND (default cpu).
+ */
+#include <criterion/criterion.h>
+#include <curl/curl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../kernels/nd_dtype.h"
+#include "util/nd_http.h"
+#include "util/nd_testutil.h"
+
+static const nd_dtype dtypes[] = {ND_FLOAT32, ND_FLOAT16, ND_BFLOAT16};
+
+/* ---- a random operator case and its float64 reference ---- */
+
+typedef struct op_case {
+    nd_op op;
+    nd_dtype dt;
+    int ndim;
+    int64_t shape[4];
+    int axis;            /* softmax: the axis; others: -1 */
+    int64_t outer, mid, inner, n;
+    void *x;             /* n elements of dt */
+    double *xd, *ref;
+    void *p0, *p1;       /* gamma/weight/alpha, beta */
+    double *p0d, *p1d;
+    int64_t pcount;      /* elements of p0 (and p1) */
+    double *mean, *rstd; /* layernorm/rmsnorm references */
+} op_case;
+
+static void *xalloc(size_t n)
+{
+    void *p = calloc(1, n ? n : 1);
+    cr_assert_not_null(p);
+    return p;
+}
+
+/* A random case: shape of rank 2 or 3, parameters present. alpha_shared picks prelu's form. */
+static void case_make(op_case *c, nd_op op, nd_dtype dt, uint64_t *rng, int axis,
+                      int alpha_shared)
+{
+    memset(c, 0, sizeof *c);
+    c->op = op;
+    c->dt = dt;
+    c->ndim = 2 + (int)(nd_rand_u64(rng) % 2);
+    for (int i = 0; i < c->ndim; i++)
+        c->shape[i] = 1 + (int64_t)(nd_rand_u64(rng) % 9);
+    c->shape[c->ndim - 1] += 3; /* rows a little wider than the rest */
+    c->axis = axis < 0 ? c->ndim - 1 : axis % c->ndim;
+    c->n = 1;
+    for (int i = 0; i < c->ndim; i++)
+        c->n *= c->shape[i];
+    size_t esz = nd_dtype_size(dt);
+    c->x = xalloc((size_t)c->n * esz);
+    c->xd = xalloc((size_t)c->n * sizeof(double));
+    c->ref = xalloc((size_t)c->n * sizeof(double));
+    nd_fill_random(dt, c->x, c->n, 0.5, 2.0, rng, c->xd);
+    if (op == ND_OP_SOFTMAX || op == ND_OP_LOG_SOFTMAX) {
+        c->outer = c->inner = 1;
+        for (int i = 0; i < c->axis; i++)
+            c->outer *= c->shape[i];
+        for (int i = c->axis + 1; i < c->ndim; i++)
+            c->inner *= c->shape[i];
+        c->mid = c->shape[c->axis];
+        nd_ref_softmax(c->xd, c->outer, c->mid, c->inner, op == ND_OP_LOG_SOFTMAX, c->ref);
+        return;
+    }
+    if (op == ND_OP_PRELU) {
+        c->outer = c->shape[0];
+        c->mid = c->shape[1];
+        c->inner = c->n / (c->outer * c->mid);
+        c->pcount = alpha_shared ? 1 : c->mid;
+    } else {
+        c->mid = c->shape[c->ndim - 1];
+        c->outer = c->n / c->mid;
+        c->inner = 1;
+        c->pcount = c->mid;
+    }
+    c->p0 = xalloc((size_t)c->pcount * esz);
+    c->p0d = xalloc((size_t)c->pcount * sizeof(double));
+    nd_fill_random(dt, c->p0, c->pcount, op == ND_OP_PRELU ? 0.2 : 1.0, 0.3, rng, c->p0d);
+    if (op == ND_OP_PRELU) {
+        nd_ref_prelu(c->xd, c->outer, c->mid, c->inner, c->p0d, c->pcount, c->ref);
+        return;
+    }
+    c->rstd = xalloc((size_t)c->outer * sizeof(double));
+    if (op == ND_OP_LAYERNORM) {
+        c->p1 = xalloc((size_t)c->pcount * esz);
+        c->p1d = xalloc((size_t)c->pcount * sizeof(double));
+        nd_fill_random(dt, c->p1, c->pcount, 0.0, 0.5, rng, c->p1d);
+        c->mean = xalloc((size_t)c->outer * sizeof(double));
+        nd_ref_layernorm(c->xd, c->outer, c->mid, c->p0d, c->p1d, 1e-5, c->ref, c->mean,
+                         c->rstd);
+    } else
+        nd_ref_rmsnorm(c->xd, c->outer, c->mid, c->p0d, 1e-6, c->ref, c->rstd);
+}
+
+static void case_free(op_case *c)
+{
+    free(c->x);
+    free(c->xd);
+    free(c->ref);
+    free(c->p0);
+    free(c->p1);
+    free(c->p0d);
+    free(c->p1d);
+    free(c->mean);
+    free(c->rstd);
+}
+
+/* ---- JSON requests ---- */
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (b->len + (size_t)n + 1 > b->cap) {
+        b->cap = (b->len + (size_t)n + 1) * 2;
+        b->p = realloc(b->p, b->cap);
+        cr_assert_not_null(b->p);
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+static void sb_array(sbuf *b, const char *name, const double *v, int64_t n)
+{
+    sb_printf(b, ",\"%s\":[", name);
+    for (int64_t i = 0; i < n; i++)
+        sb_printf(b, "%s%.17g", i ? "," : "", v[i]);
+    sb_printf(b, "]");
+}
+
+static char *case_json(const op_case *c, int want_stats)
+{
+    sbuf b = {0};
+    sb_printf(&b, "{\"dtype\":\"%s\",\"shape\":[", nd_dtype_name(c->dt));
+    for (int i = 0; i < c->ndim; i++)
+        sb_printf(&b, "%s%lld", i ? "," : "", (long long)c->shape[i]);
+    sb_printf(&b, "]");
+    sb_array(&b, "data", c->xd, c->n);
+    if (c->op == ND_OP_SOFTMAX || c->op == ND_OP_LOG_SOFTMAX)
+        sb_printf(&b, ",\"axis\":%d", c->axis - (c->axis % 2 ? c->ndim : 0)); /* negative too */
+    if (c->op == ND_OP_LAYERNORM) {
+        sb_array(&b, "gamma", c->p0d, c->pcount);
+        sb_array(&b, "beta", c->p1d, c->pcount);
+    }
+    if (c->op == ND_OP_RMSNORM)
+        sb_array(&b, "weight", c->p0d, c->pcount);
+    if (c->op == ND_OP_PRELU)
+        sb_array(&b, "alpha", c->p0d, c->pcount);
+    if (want_stats)
+        sb_printf(&b, c->op == ND_OP_LAYERNORM ? ",\"outputs\":[\"y\",\"mean\",\"rstd\"]"
+                                               : ",\"outputs\":[\"y\",\"rstd\"]");
+    sb_printf(&b, "}");
+    return b.p;
+}
+
+/* Reads a JSON array of numbers into a stored-dtype buffer (JSON numbers round-trip the dtype). */
+static void json_to_dtype(const json_t *arr, nd_dtype dt, void *out, int64_t n, const char *what)
+{
+    cr_assert(json_is_array(arr), "%s is not an array", what);
+    cr_assert_eq((int64_t)json_array_size(arr), n, "%s has %zu values, expected %lld", what,
+                 json_array_size(arr), (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(arr, (size_t)i);
+        cr_assert(json_is_number(v), "%s[%lld] is not a number", what, (long long)i);
+        nd_store(dt, out, i, (float)json_number_value(v));
+    }
+}
+
+static void check_json_answer(const op_case *c, const nd_resp *r, int want_stats)
+{
+    cr_assert_eq(r->code, 200, "%s %s: HTTP %ld: %s", nd_op_name(c->op), nd_dtype_name(c->dt),
+                 r->code, r->body);
+    json_error_t jerr;
+    json_t *root = json_loads(r->body, 0, &jerr);
+    cr_assert_not_null(root, "answer is not JSON: %s", jerr.text);
+    cr_assert_str_eq(json_string_value(json_object_get(root, "dtype")), nd_dtype_name(c->dt));
+    const json_t *shape = json_object_get(root, "shape");
+    cr_assert_eq((int)json_array_size(shape), c->ndim);
+    for (int i = 0; i < c->ndim; i++)
+        cr_assert_eq(json_integer_value(json_array_get(shape, (size_t)i)), c->shape[i]);
+    void *y = xalloc((size_t)c->n * nd_dtype_size(c->dt));
+    json_to_dtype(json_object_get(root, "data"), c->dt, y, c->n, "data");
+    char msg[256];
+    int64_t bad = nd_compare(c->dt, y, c->ref, c->n, "y", msg, sizeof msg);
+    cr_assert_eq(bad, 0, "%s %s json: %lld mismatches: %s", nd_op_name(c->op),
+                 nd_dtype_name(c->dt), (long long)bad, msg);
+    if (want_stats) {
+        float *s = xalloc((size_t)c->outer * sizeof(float));
+        json_to_dtype(json_object_get(root, "rstd"), ND_FLOAT32, s, c->outer, "rstd");
+        bad = nd_compare_f32(s, c->rstd, c->outer, "rstd", msg, sizeof msg);
+        cr_assert_eq(bad, 0, "%s", msg);
+        if (c->op == ND_OP_LAYERNORM) {
+            json_to_dtype(json_object_get(root, "mean"), ND_FLOAT32, s, c->outer, "mean");
+            bad = nd_compare_f32(s, c->mean, c->outer, "mean", msg, sizeof msg);
+            cr_assert_eq(bad, 0, "%s", msg);
+        }
+        free(s);
+    }
+    free(y);
+    json_decref(root);
+}
+
+/* ---- raw binary requests ---- */
+
+static char *case_binary_url(const op_case *c, const nd_daemon *d, int want_stats)
+{
+    sbuf b = {0};
+    sb_printf(&b, "%s/v1/%s?dtype=%s&shape=", d->base, nd_op_name(c->op), nd_dtype_name(c->dt));
+    for (int i = 0; i < c->ndim; i++)
+        sb_printf(&b, "%s%lld", i ? "," : "", (long long)c->shape[i]);
+    if (c->op == ND_OP_SOFTMAX || c->op == ND_OP_LOG_SOFTMAX)
+        sb_printf(&b, "&axis=%d", c->axis);
+    if (c->op == ND_OP_LAYERNORM || c->op == ND_OP_RMSNORM)
+        sb_printf(&b, "&affine=1");
+    if (c->op == ND_OP_PRELU)
+        sb_printf(&b, "&alpha=%s", c->pcount == 1 ? "shared" : "channel");
+    if (want_stats)
+        sb_printf(&b, c->op == ND_OP_LAYERNORM ? "&outputs=y,mean,rstd" : "&outputs=y,rstd");
+    return b.p;
+}
+
+static void *case_binary_body(const op_case *c, size_t *len)
+{
+    size_t esz = nd_dtype_size(c->dt), xb = (size_t)c->n * esz, pb = (size_t)c->pcount * esz;
+    size_t total = xb + (c->p0 ? pb : 0) + (c->p1 ? pb : 0);
+    char *body = xalloc(total);
+    memcpy(body, c->x, xb);
+    if (c->p0)
+        memcpy(body + xb, c->p0, pb);
+    if (c->p1)
+        memcpy(body + xb + pb, c->p1, pb);
+    *len = total;
+    return body;
+}
+
+static void check_binary_answer(const op_case *c, const nd_resp *r, int want_stats)
+{
+    cr_assert_eq(r->code, 200, "%s %s binary: HTTP %ld: %s", nd_op_name(c->op),
+                 nd_dtype_name(c->dt), r->code, r->body);
+    size_t esz = nd_dtype_size(c->dt), yb = (size_t)c->n * esz;
+    size_t sb = want_stats ? (size_t)c->outer * sizeof(float) : 0;
+    size_t nstats = want_stats ? (c->op == ND_OP_LAYERNORM ? 2 : 1) : 0;
+    cr_assert_eq(r->len, yb + nstats * sb, "answer has %zu bytes, expected %zu", r->len,
+                 yb + nstats * sb);
+    cr_assert_str_eq(r->content_type, "application/octet-stream");
+    cr_assert_str_eq(r->dtype, nd_dtype_name(c->dt));
+    char shape[128] = "";
+    for (int i = 0; i < c->ndim; i++)
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", i ? "," : "",
+                 (long long)c->shape[i]);
+    cr_assert_str_eq(r->shape, shape);
+    char msg[256];
+    int64_t bad = nd_compare(c->dt, r->body, c->ref, c->n, "y", msg, sizeof msg);
+    cr_assert_eq(bad, 0, "%s %s binary: %lld mismatches: %s", nd_op_name(c->op),
+                 nd_dtype_name(c->dt), (long long)bad, msg);
+    if (want_stats) {
+        float *s = xalloc(sb);
+        const char *p = r->body + yb;
+        if (c->op == ND_OP_LAYERNORM) {
+            cr_assert_str_eq(r->outputs, "y,mean,rstd");
+            memcpy(s, p, sb);
+            bad = nd_compare_f32(s, c->mean, c->outer, "mean", msg, sizeof msg);
+            cr_assert_eq(bad, 0, "%s", msg);
+            p += sb;
+        }
+        memcpy(s, p, sb);
+        bad = nd_compare_f32(s, c->rstd, c->outer, "rstd", msg, sizeof msg);
+        cr_assert_eq(bad, 0, "%s", msg);
+        free(s);
+    }
+}
+
+/* ---- fixtures ---- */
+
+static nd_daemon daemon_;
+
+static void start(const char *const *extra)
+{
+    cr_assert_eq(nd_daemon_start(&daemon_, extra), 0, "normd did not start");
+}
+
+static void start_default(void)
+{
+    start(NULL);
+}
+
+static void stop_expect_clean(void)
+{
+    if (daemon_.pid > 0)
+        cr_assert_eq(nd_daemon_stop(&daemon_, 20), 0, "normd did not exit 0 on SIGTERM");
+}
+
+static nd_resp post(const char *op, const char *ctype, const char *body)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/%s", daemon_.base, op);
+    nd_resp r;
+    cr_assert_eq(nd_http("POST", url, ctype, body, body ? strlen(body) : 0, &r), 0,
+                 "transfer failed");
+    return r;
+}
+
+static void expect_valid_request_works(void)
+{
+    nd_resp r = post("softmax", "application/json", "{\"shape\":[1,2],\"data\":[0,0]}");
+    cr_assert_eq(r.code, 200, "a valid request after a bad one failed: %ld %s", r.code, r.body);
+    cr_assert(strstr(r.body, "0.5"), "softmax([0,0]) answered %s", r.body);
+    nd_resp_free(&r);
+}
+
+TestSuite(server, .init = start_default, .fini = stop_expect_clean, .timeout = 120);
+/* Tests that start the daemon with options of their own. */
+TestSuite(configured, .timeout = 120);
+
+/* ---- every op and dtype ---- */
+
+Test(server, every_op_and_dtype_over_json)
+{
+    uint64_t rng = 0x1234;
+    for (int op = 0; op < ND_OP_COUNT; op++)
+        for (int d = 0; d < 3; d++)
+            for (int rep = 0; rep < 3; rep++) {
+                op_case c;
+                case_make(&c, (nd_op)op, dtypes[d], &rng, (int)(nd_rand_u64(&rng) % 3), rep == 1);
+                char *json = case_json(&c, 0);
+                nd_resp r = post(nd_op_name((nd_op)op), "application/json", json);
+                check_json_answer(&c, &r, 0);
+                nd_resp_free(&r);
+                free(json);
+                case_free(&c);
+            }
+}
+
+Test(server, every_op_and_dtype_over_raw_binary)
+{
+    uint64_t rng = 0x5678;
+    for (int op = 0; op < ND_OP_COUNT; op++)
+        for (int d = 0; d < 3; d++)
+            for (int rep = 0; rep < 3; rep++) {
+                op_case c;
+                case_make(&c, (nd_op)op, dtypes[d], &rng, (int)(nd_rand_u64(&rng) % 3), rep == 1);
+                char *url = case_binary_url(&c, &daemon_, 0);
+                size_t len;
+                void *body = case_binary_body(&c, &len);
+                nd_resp r;
+                /* alternate the explicit type and curl's default, which must work too */
+                cr_assert_eq(nd_http("POST", url, rep == 2 ? "application/x-www-form-urlencoded"
+                                                           : "application/octet-stream",
+                                     body, len, &r),
+                             0);
+                check_binary_answer(&c, &r, 0);
+                nd_resp_free(&r);
+                free(body);
+                free(url);
+                case_free(&c);
+            }
+}
+
+Test(server, norm_statistics_over_json_and_binary)
+{
+    uint64_t rng = 0x9abc;
+    nd_op ops[] = {ND_OP_LAYERNORM, ND_OP_RMSNORM};
+    for (int k = 0; k < 2; k++)
+        for (int d = 0; d < 3; d++) {
+            op_case c;
+            case_make(&c, ops[k], dtypes[d], &rng, -1, 0);
+            char *json = case_json(&c, 1);
+            nd_resp r = post(nd_op_name(ops[k]), "application/json", json);
+            check_json_answer(&c, &r, 1);
+            nd_resp_free(&r);
+            free(json);
+            char *url = case_binary_url(&c, &daemon_, 1);
+            size_t len;
+            void *body = case_binary_body(&c, &len);
+            cr_assert_eq(nd_http("POST", url, "application/octet-stream", body, len, &r), 0);
+            check_binary_answer(&c, &r, 1);
+            nd_resp_free(&r);
+            free(body);
+            free(url);
+            case_free(&c);
+        }
+}
+
+Test(server, layernorm_of_rows_with_mean_1e4)
+{
+    uint64_t rng = 0xdef0;
+    for (int d = 0; d < 3; d++) {
+        op_case c;
+        case_make(&c, ND_OP_LAYERNORM, dtypes[d], &rng, -1, 0);
+        nd_fill_random(c.dt, c.x, c.n, 1e4, 1.0, &rng, c.xd);
+        nd_ref_layernorm(c.xd, c.outer, c.mid, c.p0d, c.p1d, 1e-5, c.ref, c.mean, c.rstd);
+        char *json = case_json(&c, 1);
+        nd_resp r = post("layernorm", "application/json", json);
+        check_json_answer(&c, &r, 1);
+        nd_resp_free(&r);
+        free(json);
+        case_free(&c);
+    }
+}
+
+/* ---- bad input ---- */
+
+typedef struct bad_case {
+    const char *method, *path, *ctype, *body;
+    long code;
+    const char *needle; /* must appear in the error message */
+} bad_case;
+
+static const bad_case bad_cases[] = {
+    {"POST", "/v1/layernorm", "application/json", "{\"shape\":[2,", 400, "JSON"},
+    {"POST", "/v1/layernorm", "application/json", "[1,2,3]", 400, "object"},
+    {"POST", "/v1/layernorm", "application/json", "{\"shape\":\"2,2\",\"data\":[1,2,3,4]}", 400,
+     "shape"},
+    {"POST", "/v1/layernorm", "application/json", "{\"shape\":[2,2],\"data\":[1,2,3]}", 400,
+     "data"},
+    {"POST", "/v1/layernorm", "application/json", "{\"shape\":[2,0],\"data\":[]}", 400,
+     "shape[1]"},
+    {"POST", "/v1/layernorm", "application/json", "{\"shape\":[-2,2],\"data\":[1,2,3,4]}", 400,
+     "shape[0]"},
+    {"POST", "/v1/layernorm", "application/json",
+     "{\"shape\":[4294967296,4294967296,4294967296],\"data\":[1]}", 0, "shape"},
+    {"POST", "/v1/layernorm", "application/json", "{\"shape\":[1,2],\"data\":[1,\"x\"]}", 400,
+     "data[1]"},
+    {"POST", "/v1/layernorm", "application/json",
+     "{\"shape\":[1,2],\"data\":[1,2],\"gamma\":[1,2,3]}", 400, "gamma"},
+    {"POST", "/v1/rmsnorm", "application/json",
+     "{\"shape\":[1,2],\"data\":[1,2],\"weight\":[1]}", 400, "weight"},
+    {"POST", "/v1/prelu", "application/json", "{\"shape\":[1,3,2],\"data\":[1,2,3,4,5,6],"
+                                              "\"alpha\":[1,2]}", 400, "alpha"},
+    {"POST", "/v1/softmax", "application/json", "{\"shape\":[1,2],\"data\":[1,2],\"axis\":2}",
+     400, "axis"},
+    {"POST", "/v1/softmax", "application/json", "{\"shape\":[1,2],\"data\":[1,2],\"axis\":-3}",
+     400, "axis"},
+    {"POST", "/v1/layernorm", "application/json", "{\"shape\":[1,2],\"data\":[1,2],\"eps\":\"a\"}",
+     400, "eps"},
+    {"POST", "/v1/layernorm", "application/json", "{\"shape\":[1,2],\"data\":[1,2],\"gama\":[1,1]}",
+     400, "gama"},
+    {"POST", "/v1/layernorm", "application/json",
+     "{\"shape\":[1,2],\"dtype\":\"float64\",\"data\":[1,2]}", 400, "dtype"},
+    {"POST", "/v1/layernorm", "application/json",
+     "{\"shape\":[1,2],\"dtype\":\"float16\",\"data\":[1,1e6]}", 400, "data[1]"},
+    {"POST", "/v1/layernorm?shape=2,2&dtype=float32", "application/octet-stream", "abc", 400,
+     "bytes"},
+    {"POST", "/v1/layernorm?shape=2,2&colour=red", "application/octet-stream", "0123456789abcdef",
+     400, "colour"},
+    {"POST", "/v1/layernorm?shape=2,x", "application/octet-stream", "0123456789abcdef", 400,
+     "shape"},
+    {"POST", "/v1/nosuchop", "application/json", "{}", 404, "nosuchop"},
+    {"GET", "/v1/layernorm", NULL, NULL, 405, "GET"},
+    {"DELETE", "/metrics", NULL, NULL, 405, "DELETE"},
+    {"POST", "/v1/layernorm", "text/plain", "{\"shape\":[1,2],\"data\":[1,2]}", 415,
+     "text/plain"},
+    {"POST", "/v1/layernorm", "application/json",
+     "{\"shape\":[1,2],\"data\":[1,2],\"params\":\"nope\"}", 400, "nope"},
+};
+
+Test(server, bad_input_gets_a_clear_4xx_and_the_daemon_carries_on)
+{
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+        const bad_case *b = &bad_cases[i];
+        char url[512];
+        snprintf(url, sizeof url, "%s%s", daemon_.base, b->path);
+        nd_resp r;
+        cr_assert_eq(nd_http(b->method, url, b->ctype, b->body, b->body ? strlen(b->body) : 0, &r),
+                     0);
+        if (b->code)
+            cr_assert_eq(r.code, b->code, "case %zu (%s %s %s): HTTP %ld, expected %ld: %s", i,
+                         b->method, b->path, b->body ? b->body : "", r.code, b->code, r.body);
+        else /* overflow: too large (413) or invalid (400), never accepted */
+            cr_assert(r.code == 400 || r.code == 413, "case %zu: HTTP %ld: %s", i, r.code, r.body);
+        json_t *root = json_loads(r.body, 0, NULL);
+        cr_assert_not_null(root, "case %zu: error body is not JSON: %s", i, r.body);
+        const char *msg = json_string_value(json_object_get(root, "error"));
+        cr_assert_not_null(msg, "case %zu: no \"error\" field: %s", i, r.body);
+        cr_assert(strstr(msg, b->needle), "case %zu: message \"%s\" does not mention \"%s\"", i,
+                  msg, b->needle);
+        if (r.code == 405)
+            cr_assert(r.allow[0], "405 without an Allow header");
+        json_decref(root);
+        nd_resp_free(&r);
+        expect_valid_request_works();
+    }
+}
+
+static void start_small_body(void)
+{
+    static const char *const args[] = {"--max-body-bytes", "1000", NULL};
+    start(args);
+}
+
+Test(configured, body_over_the_limit_is_413, .init = start_small_body, .fini = stop_expect_clean)
+{
+    size_t n = 4000;
+    char *body = xalloc(n);
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/softmax?shape=1,1000", daemon_.base);
+    nd_resp r;
+    cr_assert_eq(nd_http("POST", url, "application/octet-stream", body, n, &r), 0);
+    cr_assert_eq(r.code, 413, "HTTP %ld: %s", r.code, r.body);
+    cr_assert(strstr(r.body, "limit"), "%s", r.body);
+    nd_resp_free(&r);
+    free(body);
+    expect_valid_request_works();
+}
+
+/* ---- many clients at once ---- */
+
+typedef struct flight {
+    op_case c;
+    char *url;
+    void *body;
+    size_t len;
+    nd_resp r;
+} flight;
+
+/* Sends every flight at once with one curl multi handle; after_ms > 0 calls hook once that many
+ * milliseconds after the start. */
+static void fly(flight *f, int n, int after_ms, void (*hook)(void))
+{
+    CURLM *m = curl_multi_init();
+    CURL **h = xalloc(sizeof *h * (size_t)n);
+    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/octet-stream");
+    hdr = curl_slist_append(hdr, "Expect:");
+    for (int i = 0; i < n; i++) {
+        h[i] = curl_easy_init();
+        memset(&f[i].r, 0, sizeof f[i].r);
+        curl_easy_setopt(h[i], CURLOPT_URL, f[i].url);
+        curl_easy_setopt(h[i], CURLOPT_POSTFIELDS, f[i].body);
+        curl_easy_setopt(h[i], CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)f[i].len);
+        curl_easy_setopt(h[i], CURLOPT_HTTPHEADER, hdr);
+        curl_easy_setopt(h[i], CURLOPT_WRITEFUNCTION, nd_resp_body_cb);
+        curl_easy_setopt(h[i], CURLOPT_WRITEDATA, &f[i].r);
+        curl_easy_setopt(h[i], CURLOPT_HEADERFUNCTION, nd_resp_header_cb);
+        curl_easy_setopt(h[i], CURLOPT_HEADERDATA, &f[i].r);
+        curl_easy_setopt(h[i], CURLOPT_TIMEOUT, 60L);
+        curl_multi_add_handle(m, h[i]);
+    }
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int running = 1, hooked = 0;
+    while (running) {
+        curl_multi_perform(m, &running);
+        if (running)
+            curl_multi_poll(m, NULL, 0, 10, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double ms = (double)(t.tv_sec - t0.tv_sec) * 1e3 + (double)(t.tv_nsec - t0.tv_nsec) / 1e6;
+        if (hook && !hooked && ms >= after_ms) {
+            hook();
+            hooked = 1;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        curl_easy_getinfo(h[i], CURLINFO_RESPONSE_CODE, &f[i].r.code);
+        curl_multi_remove_handle(m, h[i]);
+        curl_easy_cleanup(h[i]);
+    }
+    curl_slist_free_all(hdr);
+    curl_multi_cleanup(m);
+    free(h);
+}
+
+static flight *make_flights(int n, nd_op op, nd_dtype dt, uint64_t seed)
+{
+    flight *f = xalloc(sizeof *f * (size_t)n);
+    uint64_t rng = seed;
+    /* one shape for all, so they share a batch key; different data for each */
+    op_case first;
+    case_make(&first, op, dt, &rng, -1, 0);
+    for (int i = 0; i < n; i++) {
+        op_case *c = &f[i].c;
+        case_make(c, op, dt, &rng, -1, 0);
+        /* same view and parameters as the first, so all share one key; own data */
+        case_free(c);
+        *c = first;
+        c->x = xalloc((size_t)c->n * nd_dtype_size(dt));
+        c->xd = xalloc((size_t)c->n * sizeof(double));
+        c->ref = xalloc((size_t)c->n * sizeof(double));
+        c->rstd = c->mean = NULL;
+        c->p0 = xalloc((size_t)c->pcount * nd_dtype_size(dt));
+        memcpy(c->p0, first.p0, (size_t)c->pcount * nd_dtype_size(dt));
+        c->p0d = xalloc((size_t)c->pcount * sizeof(double));
+        memcpy(c->p0d, first.p0d, (size_t)c->pcount * sizeof(double));
+        c->p1 = c->p1d = NULL;
+        if (first.p1) {
+            c->p1 = xalloc((size_t)c->pcount * nd_dtype_size(dt));
+            memcpy(c->p1, first.p1, (size_t)c->pcount * nd_dtype_size(dt));
+            c->p1d = xalloc((size_t)c->pcount * sizeof(double));
+            memcpy(c->p1d, first.p1d, (size_t)c->pcount * sizeof(double));
+        }
+        c->rstd = xalloc((size_t)c->outer * sizeof(double));
+        c->mean = xalloc((size_t)c->outer * sizeof(double));
+        nd_fill_random(dt, c->x, c->n, (double)i, 1.0 + i % 5, &rng, c->xd);
+        nd_ref_layernorm(c->xd, c->outer, c->mid, c->p0d, c->p1d, 1e-5, c->ref, c->mean,
+                         c->rstd);
+        f[i].url = case_binary_url(c, &daemon_, 0);
+        f[i].body = case_binary_body(c, &f[i].len);
+    }
+    case_free(&first);
+    return f;
+}
+
+static void free_flights(flight *f, int n)
+{
+    for (int i = 0; i < n; i++) {
+        case_free(&f[i].c);
+        free(f[i].url);
+        free(f[i].body);
+        nd_resp_free(&f[i].r);
+    }
+    free(f);
+}
+
+static double metric(const char *name, const char *labels)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s/metrics", daemon_.base);
+    nd_resp r;
+    cr_assert_eq(nd_http("GET", url, NULL, NULL, 0, &r), 0);
+    cr_assert_eq(r.code, 200);
+    double v = nd_metric_value(r.body, name, labels);
+    nd_resp_free(&r);
+    return v;
+}
+
+static void start_batching(void)
+{
+    static const char *const args[] = {"--max-delay-us", "50000", NULL};
+    start(args);
+}
+
+Test(configured, concurrent_requests_share_batches_and_get_their_own_answers,
+     .init = start_batching, .fini = stop_expect_clean)
+{
+    const int n = 64;
+    flight *f = make_flights(n, ND_OP_LAYERNORM, ND_FLOAT32, 42);
+    fly(f, n, 0, NULL);
+    for (int i = 0; i < n; i++)
+        check_binary_answer(&f[i].c, &f[i].r, 0);
+    double batches = metric("normd_batches_total", "op=\"layernorm\"");
+    double requests = metric("normd_requests_total", "op=\"layernorm\",code=\"200\"");
+    cr_assert_eq(requests, n, "metrics count %g answered requests, sent %d", requests, n);
+    cr_assert(batches >= 1 && batches < n, "%d requests ran in %g batches", n, batches);
+    cr_log_info("concurrency: %d requests in %g batches\n", n, batches);
+    fprintf(stderr, "concurrency: %d requests served in %g batches\n", n, batches);
+    free_flights(f, n);
+}
+
+static void start_tiny_queue(void)
+{
+    static const char *const args[] = {"--queue-limit", "4", "--max-delay-us", "300000", NULL};
+    start(args);
+}
+
+Test(configured, overload_answers_503_with_retry_after, .init = start_tiny_queue,
+     .fini = stop_expect_clean)
+{
+    const int n = 24;
+    flight *f = make_flights(n, ND_OP_LAYERNORM, ND_FLOAT32, 7);
+    fly(f, n, 0, NULL);
+    int ok = 0, busy = 0;
+    for (int i = 0; i < n; i++) {
+        if (f[i].r.code == 200) {
+            check_binary_answer(&f[i].c, &f[i].r, 0);
+            ok++;
+        } else {
+            cr_assert_eq(f[i].r.code, 503, "HTTP %ld: %s", f[i].r.code, f[i].r.body);
+            cr_assert(strstr(f[i].r.body, "queue full"), "%s", f[i].r.body);
+            cr_assert_str_eq(f[i].r.retry_after, "1", "503 without Retry-After");
+            busy++;
+        }
+    }
+    cr_assert(ok >= 4 && busy >= 1, "%d answered, %d turned away", ok, busy);
+    free_flights(f, n);
+}
+
+static void send_sigterm(void)
+{
+    kill(daemon_.pid, SIGTERM);
+}
+
+static void start_slow_batches(void)
+{
+    static const char *const args[] = {"--max-delay-us", "2000000", NULL};
+    start(args);
+}
+
+static void no_stop(void) {}
+
+Test(configured, sigterm_answers_everything_accepted_then_exits_0, .init = start_slow_batches,
+     .fini = no_stop)
+{
+    const int n = 16;
+    flight *f = make_flights(n, ND_OP_LAYERNORM, ND_FLOAT32, 99);
+    /* The batches wait 2 s for company; SIGTERM after 400 ms must run them at once. */
+    fly(f, n, 400, send_sigterm);
+    for (int i = 0; i < n; i++)
+        check_binary_answer(&f[i].c, &f[i].r, 0);
+    int status = -2;
+    for (int t = 0; t < 200 && status == -2; t++) {
+        int ws;
+        pid_t r = waitpid(daemon_.pid, &ws, WNOHANG);
+        if (r == daemon_.pid)
+            status = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+        else
+            usleep(50000);
+    }
+    cr_assert_eq(status, 0, "normd exited with %d after SIGTERM", status);
+    daemon_.pid = 0;
+    free_flights(f, n);
+}
+
+static void start_faulty(void)
+{
+    static const char *const args[] = {"--fault-every", "2", NULL};
+    start(args);
+}
+
+Test(configured, a_failed_batch_is_a_500_and_counted, .init = start_faulty,
+     .fini = stop_expect_clean)
+{
+    int ok = 0, failed = 0;
+    for (int i = 0; i < 6; i++) {
+        nd_resp r = post("softmax", "application/json", "{\"shape\":[1,2],\"data\":[0,0]}");
+        if (r.code == 200)
+            ok++;
+        else {
+            cr_assert_eq(r.code, 500, "HTTP %ld: %s", r.code, r.body);
+            cr_assert(strstr(r.body, "injected fault"), "%s", r.body);
+            failed++;
+        }
+        nd_resp_free(&r);
+    }
+    cr_assert_eq(ok, 3);
+    cr_assert_eq(failed, 3);
+    cr_assert_eq(metric("normd_batch_failures_total", "op=\"softmax\""), 3);
+    cr_assert_eq(metric("normd_requests_total", "op=\"softmax\",code=\"500\""), 3);
+}
+
+/* ---- parameter sets ---- */
+
+Test(server, registered_parameters_give_the_inline_answer)
+{
+    uint64_t rng = 0x77;
+    for (int d = 0; d < 3; d++) {
+        op_case c;
+        case_make(&c, ND_OP_LAYERNORM, dtypes[d], &rng, -1, 0);
+        /* register gamma and beta as raw binary */
+        char url[512];
+        snprintf(url, sizeof url, "%s/v1/params/ln-%d?dtype=%s&gamma=%lld&beta=%lld",
+                 daemon_.base, d, nd_dtype_name(c.dt), (long long)c.pcount, (long long)c.pcount);
+        size_t pb = (size_t)c.pcount * nd_dtype_size(c.dt);
+        char *params = xalloc(2 * pb);
+        memcpy(params, c.p0, pb);
+        memcpy(params + pb, c.p1, pb);
+        nd_resp r;
+        cr_assert_eq(nd_http("PUT", url, "application/octet-stream", params, 2 * pb, &r), 0);
+        cr_assert_eq(r.code, 200, "PUT: %ld %s", r.code, r.body);
+        nd_resp_free(&r);
+        free(params);
+        /* activations only */
+        snprintf(url, sizeof url, "%s/v1/layernorm?dtype=%s&params=ln-%d&shape=", daemon_.base,
+                 nd_dtype_name(c.dt), d);
+        for (int i = 0; i < c.ndim; i++)
+            snprintf(url + strlen(url), sizeof url - strlen(url), "%s%lld", i ? "," : "",
+                     (long long)c.shape[i]);
+        cr_assert_eq(nd_http("POST", url, "application/octet-stream", c.x,
+                             (size_t)c.n * nd_dtype_size(c.dt), &r),
+                     0);
+        check_binary_answer(&c, &r, 0);
+        nd_resp_free(&r);
+        case_free(&c);
+    }
+    /* JSON registration, listing, GET, use from JSON, DELETE, then use fails */
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/params/w", daemon_.base);
+    const char *put = "{\"dtype\":\"float32\",\"weight\":[2,2]}";
+    nd_resp r;
+    cr_assert_eq(nd_http("PUT", url, "application/json", put, strlen(put), &r), 0);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    nd_resp_free(&r);
+    cr_assert_eq(nd_http("GET", url, NULL, NULL, 0, &r), 0);
+    cr_assert_eq(r.code, 200);
+    cr_assert(strstr(r.body, "\"weight\":[2,2]"), "%s", r.body);
+    nd_resp_free(&r);
+    snprintf(url, sizeof url, "%s/v1/params", daemon_.base);
+    cr_assert_eq(nd_http("GET", url, NULL, NULL, 0, &r), 0);
+    cr_assert(strstr(r.body, "\"ln-0\"") && strstr(r.body, "\"w\""), "%s", r.body);
+    nd_resp_free(&r);
+    r = post("rmsnorm", "application/json", "{\"shape\":[1,2],\"data\":[3,4],\"params\":\"w\"}");
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    /* rms = sqrt(12.5); y = x / rms * 2 */
+    json_t *root = json_loads(r.body, 0, NULL);
+    double y0 = json_number_value(json_array_get(json_object_get(root, "data"), 0));
+    cr_assert(fabs(y0 - 3.0 / sqrt(12.5 + 1e-6) * 2) < 1e-5, "y0=%g", y0);
+    json_decref(root);
+    nd_resp_free(&r);
+    r = post("rmsnorm", "application/json", "{\"shape\":[1,3],\"data\":[3,4,5],\"params\":\"w\"}");
+    cr_assert_eq(r.code, 400, "a 3-wide row with a 2-wide weight: %ld %s", r.code, r.body);
+    nd_resp_free(&r);
+    snprintf(url, sizeof url, "%s/v1/params/w", daemon_.base);
+    cr_assert_eq(nd_http("DELETE", url, NULL, NULL, 0, &r), 0);
+    cr_assert_eq(r.code, 200);
+    nd_resp_free(&r);
+    cr_assert_eq(nd_http("DELETE", url, NULL, NULL, 0, &r), 0);
+    cr_assert_eq(r.code, 404);
+    nd_resp_free(&r);
+    r = post("rmsnorm", "application/json", "{\"shape\":[1,2],\"data\":[3,4],\"params\":\"w\"}");
+    cr_assert_eq(r.code, 400, "%s", r.body);
+    nd_resp_free(&r);
+}
+
+/* ---- health, metrics, UNIX socket ---- */
+
+Test(server, health_and_metrics)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s/healthz", daemon_.base);
+    nd_resp r;
+    cr_assert_eq(nd_http("GET", url, NULL, NULL, 0, &r), 0);
+    cr_assert_eq(r.code, 200);
+    cr_assert(strstr(r.body, "\"ok\""), "%s", r.body);
+    nd_resp_free(&r);
+    expect_valid_request_works();
+    snprintf(url, sizeof url, "%s/metrics", daemon_.base);
+    cr_assert_eq(nd_http("GET", url, NULL, NULL, 0, &r), 0);
+    cr_assert_eq(r.code, 200);
+    const char *series[] = {"normd_requests_total{op=\"softmax\",code=\"200\"} 1",
+                            "normd_batches_total{op=\"softmax\"} 1",
+                            "# TYPE normd_batch_rows histogram",
+                            "# TYPE normd_request_duration_seconds histogram",
+                            "normd_queue_depth 0"};
+    for (size_t i = 0; i < sizeof series / sizeof series[0]; i++)
+        cr_assert(strstr(r.body, series[i]), "missing \"%s\" in:\n%s", series[i], r.body);
+    nd_resp_free(&r);
+}
+
+static char unix_path[64];
+
+static void start_unix(void)
+{
+    snprintf(unix_path, sizeof unix_path, "/tmp/normd-test-%d.sock", (int)getpid());
+    const char *args[] = {"--unix", unix_path, NULL};
+    start(args);
+}
+
+Test(configured, serves_a_unix_socket, .init = start_unix, .fini = stop_expect_clean)
+{
+    const char *body = "{\"shape\":[1,2],\"data\":[0,0]}";
+    nd_resp r;
+    cr_assert_eq(nd_http_unix(unix_path, "POST", "http://normd/v1/softmax", "application/json",
+                              body, strlen(body), &r),
+                 0);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_assert(strstr(r.body, "0.5"), "%s", r.body);
+    nd_resp_free(&r);
+}

@@ -1,0 +1,210 @@
+/*
+ * nd_http.c - see nd_http.h.
+ */
+#include "nd_http.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int nd_daemon_start(nd_daemon *d, const char *const *extra)
+{
+    const char *bin = getenv("NORMD_BIN") ? getenv("NORMD_BIN") : "build/normd";
+    const char *backend = getenv("NORMD_BACKEND") ? getenv("NORMD_BACKEND") : "cpu";
+    int fds[2];
+    if (pipe(fds) < 0)
+        return -1;
+    const char *argv[64] = {bin, "--listen", "127.0.0.1:0", "--backend", backend};
+    int argc = 5;
+    for (int i = 0; extra && extra[i] && argc < 62; i++)
+        argv[argc++] = extra[i];
+    argv[argc] = NULL;
+    memset(d, 0, sizeof *d);
+    d->pid = fork();
+    if (d->pid < 0)
+        return -1;
+    if (d->pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        execv(bin, (char *const *)argv);
+        fprintf(stderr, "cannot run %s: %s\n", bin, strerror(errno));
+        _exit(127);
+    }
+    close(fds[1]);
+    char line[256];
+    size_t n = 0;
+    /* read the first line, 20 s at most */
+    while (n < sizeof line - 1) {
+        struct pollfd p = {fds[0], POLLIN, 0};
+        if (poll(&p, 1, 20000) <= 0)
+            break;
+        ssize_t r = read(fds[0], line + n, 1);
+        if (r <= 0 || line[n] == '\n')
+            break;
+        n++;
+    }
+    line[n] = '\0';
+    close(fds[0]);
+    const char *p = strstr(line, "http://127.0.0.1:");
+    if (!p || sscanf(p + 17, "%u", &d->port) != 1) {
+        fprintf(stderr, "normd did not start (first line: \"%s\")\n", line);
+        kill(d->pid, SIGKILL);
+        waitpid(d->pid, NULL, 0);
+        return -1;
+    }
+    snprintf(d->base, sizeof d->base, "http://127.0.0.1:%u", d->port);
+    return 0;
+}
+
+int nd_daemon_stop(nd_daemon *d, double timeout_s)
+{
+    if (d->pid <= 0)
+        return -1;
+    kill(d->pid, SIGTERM);
+    int status = 0;
+    struct timespec step = {0, 10 * 1000 * 1000};
+    for (double t = 0; t < timeout_s; t += 0.01) {
+        pid_t r = waitpid(d->pid, &status, WNOHANG);
+        if (r == d->pid) {
+            d->pid = 0;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        }
+        nanosleep(&step, NULL);
+    }
+    kill(d->pid, SIGKILL);
+    waitpid(d->pid, NULL, 0);
+    d->pid = 0;
+    return -1;
+}
+
+size_t nd_resp_body_cb(char *p, size_t size, size_t n, void *arg)
+{
+    nd_resp *r = arg;
+    size_t add = size * n;
+    char *q = realloc(r->body, r->len + add + 1);
+    if (!q)
+        return 0;
+    memcpy(q + r->len, p, add);
+    r->body = q;
+    r->len += add;
+    r->body[r->len] = '\0';
+    return add;
+}
+
+static void copy_header(char *dst, size_t size, const char *value, size_t len)
+{
+    while (len && (value[len - 1] == '\r' || value[len - 1] == '\n'))
+        len--;
+    if (len >= size)
+        len = size - 1;
+    memcpy(dst, value, len);
+    dst[len] = '\0';
+}
+
+size_t nd_resp_header_cb(char *p, size_t size, size_t n, void *arg)
+{
+    nd_resp *r = arg;
+    size_t len = size * n;
+    static const struct {
+        const char *name;
+        size_t off, size;
+    } wanted[] = {
+        {"content-type:", offsetof(nd_resp, content_type), sizeof ((nd_resp *)0)->content_type},
+        {"x-normd-shape:", offsetof(nd_resp, shape), sizeof ((nd_resp *)0)->shape},
+        {"x-normd-dtype:", offsetof(nd_resp, dtype), sizeof ((nd_resp *)0)->dtype},
+        {"x-normd-outputs:", offsetof(nd_resp, outputs), sizeof ((nd_resp *)0)->outputs},
+        {"retry-after:", offsetof(nd_resp, retry_after), sizeof ((nd_resp *)0)->retry_after},
+        {"allow:", offsetof(nd_resp, allow), sizeof ((nd_resp *)0)->allow},
+    };
+    for (size_t i = 0; i < sizeof wanted / sizeof wanted[0]; i++) {
+        size_t k = strlen(wanted[i].name);
+        if (len > k && !strncasecmp(p, wanted[i].name, k)) {
+            const char *v = p + k;
+            while (*v == ' ')
+                v++;
+            copy_header((char *)r + wanted[i].off, wanted[i].size, v, len - (size_t)(v - p));
+        }
+    }
+    return len;
+}
+
+int nd_http_unix(const char *unix_path, const char *method, const char *url,
+                 const char *content_type, const void *body, size_t len, nd_resp *r)
+{
+    memset(r, 0, sizeof *r);
+    CURL *c = curl_easy_init();
+    if (!c)
+        return -1;
+    struct curl_slist *h = NULL;
+    char ct[160];
+    if (content_type) {
+        snprintf(ct, sizeof ct, "Content-Type: %s", content_type);
+        h = curl_slist_append(h, ct);
+    } else if (body)
+        h = curl_slist_append(h, "Content-Type:"); /* send none at all */
+    h = curl_slist_append(h, "Expect:");
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
+    if (unix_path)
+        curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, unix_path);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, nd_resp_body_cb);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, nd_resp_header_cb);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    CURLcode rc = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->code);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    if (!r->body) {
+        r->body = calloc(1, 1);
+        r->len = 0;
+    }
+    if (rc != CURLE_OK) {
+        fprintf(stderr, "%s %s: %s\n", method, url, curl_easy_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+int nd_http(const char *method, const char *url, const char *content_type, const void *body,
+            size_t len, nd_resp *r)
+{
+    return nd_http_unix(NULL, method, url, content_type, body, len, r);
+}
+
+void nd_resp_free(nd_resp *r)
+{
+    free(r->body);
+    r->body = NULL;
+}
+
+double nd_metric_value(const char *text, const char *name, const char *labels)
+{
+    char key[256];
+    if (labels && *labels)
+        snprintf(key, sizeof key, "\n%s{%s} ", name, labels);
+    else
+        snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(text, key);
+    if (!p && !strncmp(text, key + 1, strlen(key + 1)))
+        p = text - 1;
+    if (!p)
+        return -1;
+    return strtod(p + strlen(key), NULL);
+}

@@ -1,0 +1,55 @@
+/*
+ * nd_http.h - integration-test helpers: start build/normd as a child process on a free port and
+ * talk to it with libcurl.
+ *
+ * The daemon binary comes from $NORMD_BIN (default build/normd) and the backend from
+ * $NORMD_BACKEND (default cpu), so the same tests run against --backend cuda on a GPU machine.
+ */
+#ifndef ND_HTTP_H
+#define ND_HTTP_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct nd_daemon {
+    pid_t pid;
+    unsigned port;
+    char base[64]; /* "http://127.0.0.1:PORT" */
+} nd_daemon;
+
+/* Starts the daemon with --listen 127.0.0.1:0, the backend, and extra (NULL-terminated, may be
+ * NULL) arguments; waits for its "listening on" line. Returns 0, or -1 with a message on stderr. */
+int nd_daemon_start(nd_daemon *d, const char *const *extra);
+/* SIGTERM, then waits (at most timeout_s) for exit. Returns the exit status, or -1 when it did
+ * not exit in time (it is then killed) or died from a signal. */
+int nd_daemon_stop(nd_daemon *d, double timeout_s);
+
+typedef struct nd_resp {
+    long code;
+    char *body; /* NUL-terminated, malloc'ed */
+    size_t len;
+    char content_type[128];
+    char shape[128];       /* X-Normd-Shape */
+    char dtype[32];        /* X-Normd-Dtype */
+    char outputs[64];      /* X-Normd-Outputs */
+    char retry_after[32];
+    char allow[64];
+} nd_resp;
+
+/* One request. content_type may be NULL (no header); body may be NULL. unix_path, when not NULL,
+ * sends it over that UNIX socket. Returns 0, or -1 when the transfer itself failed. */
+int nd_http(const char *method, const char *url, const char *content_type, const void *body,
+            size_t len, nd_resp *r);
+int nd_http_unix(const char *unix_path, const char *method, const char *url,
+                 const char *content_type, const void *body, size_t len, nd_resp *r);
+void nd_resp_free(nd_resp *r);
+
+/* libcurl write and header callbacks that fill an nd_resp (for tests that drive curl_multi). */
+size_t nd_resp_body_cb(char *p, size_t size, size_t n, void *resp);
+size_t nd_resp_header_cb(char *p, size_t size, size_t n, void *resp);
+
+/* The value of a metric line "name{labels} value" (labels as written, "" for none) in a /metrics
+ * exposition; -1 when absent. */
+double nd_metric_value(const char *exposition, const char *name, const char *labels);
+
+#endif /* ND_HTTP_H */
