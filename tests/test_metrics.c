@@ -1,0 +1,52 @@
+/*
+ * test_metrics.c - the Prometheus exposition: counters by label, cumulative histogram buckets.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../server/metrics.h"
+
+Test(metrics, counters_and_histograms_render_in_prometheus_text)
+{
+    nd_metrics *m = nd_metrics_create();
+    nd_metrics_set_device_label(m, 0, "cpu");
+    nd_metrics_request(m, ND_OP_SOFTMAX, 200, 0.0002);
+    nd_metrics_request(m, ND_OP_SOFTMAX, 200, 0.003);
+    nd_metrics_request(m, ND_OP_SOFTMAX, 400, 0.0001);
+    nd_metrics_request(m, ND_METRICS_OP_OTHER, 404, 0.0001);
+    nd_metrics_request(m, ND_OP_PRELU, 418, 0.0001);
+    nd_metrics_batch(m, ND_OP_SOFTMAX, 0, 3, 2, 0.0001, 0.001, 0);
+    nd_metrics_batch(m, ND_OP_SOFTMAX, 0, 100, 5, 0.0001, 0.001, 1);
+    nd_metrics_queue_depth_add(m, 3);
+    nd_metrics_queue_depth_add(m, -1);
+    nd_metrics_transfer(m, 0, 1000, 2000);
+    size_t len;
+    char *text = nd_metrics_render(m, &len);
+    cr_assert_not_null(text);
+    cr_assert_eq(strlen(text), len);
+    const char *want[] = {
+        "normd_requests_total{op=\"softmax\",code=\"200\"} 2\n",
+        "normd_requests_total{op=\"softmax\",code=\"400\"} 1\n",
+        "normd_requests_total{op=\"other\",code=\"404\"} 1\n",
+        "normd_requests_total{op=\"prelu\",code=\"4xx\"} 1\n",
+        "normd_batches_total{op=\"softmax\"} 2\n",
+        "normd_batch_failures_total{op=\"softmax\"} 1\n",
+        "normd_batch_rows_bucket{le=\"2\"} 0\n",
+        "normd_batch_rows_bucket{le=\"4\"} 1\n",
+        "normd_batch_rows_bucket{le=\"128\"} 2\n",
+        "normd_batch_rows_bucket{le=\"+Inf\"} 2\n",
+        "normd_batch_rows_sum 103\n",
+        "normd_request_duration_seconds_count 4\n", /* operator requests only */
+        "normd_request_duration_seconds_bucket{le=\"0.00025\"} 3\n",
+        "normd_queue_depth 2\n",
+        "normd_device_h2d_bytes_total{device=\"cpu\"} 1000\n",
+        "normd_device_d2h_bytes_total{device=\"cpu\"} 2000\n",
+        "normd_device_batch_errors_total{device=\"cpu\"} 1\n",
+        "normd_device_compute_seconds_count{device=\"cpu\"} 2\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert(strstr(text, want[i]), "missing %s in:\n%s", want[i], text);
+    free(text);
+    nd_metrics_destroy(m);
+}
