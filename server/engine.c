@@ -49,45 +49,56 @@ static nd_status host_staging(nd_engine *e, int slot, size_t in_bytes, size_t ou
     return st;
 }
 
-/* Parameters of a batch: inline ones, else the registered set's host copies. */
-static const void *pick(const void *inline_p, const struct nd_param_set *ps, int which)
+nd_status nd_batch_call(const nd_batch *b, const nd_batch_ptrs *p, nd_backend_api api,
+                        void *stream, nd_error *err)
 {
-    return inline_p ? inline_p : ps ? ps->host[which] : NULL;
-}
-
-static nd_status cpu_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
-{
+    const int cuda = api == ND_API_CUDA;
     switch (b->op) {
     case ND_OP_LAYERNORM:
     case ND_OP_RMSNORM: {
-        int ln = b->op == ND_OP_LAYERNORM;
-        nd_norm_args a = {
-            .dtype = b->dtype,
-            .rows = b->outer,
-            .cols = b->mid,
-            .x = b->x,
-            .y = b->y,
-            .gamma = pick(b->gamma, b->pset, ln ? ND_PARAM_GAMMA : ND_PARAM_WEIGHT),
-            .beta = ln ? pick(b->beta, b->pset, ND_PARAM_BETA) : NULL,
-            .eps = b->eps,
-            .mean = b->mean,
-            .rstd = b->rstd,
-        };
-        return ln ? nd_cpu_layernorm(&a, err) : nd_cpu_rmsnorm(&a, err);
+        nd_norm_args a = {b->dtype, b->outer, b->mid, p->x,   p->y,
+                          p->gamma, p->beta,  b->eps, p->mean, p->rstd};
+        if (b->op == ND_OP_LAYERNORM)
+            return cuda ? nd_cuda_layernorm(&a, stream, err) : nd_cpu_layernorm(&a, err);
+        a.beta = NULL;
+        a.mean = NULL;
+        return cuda ? nd_cuda_rmsnorm(&a, stream, err) : nd_cpu_rmsnorm(&a, err);
     }
     case ND_OP_SOFTMAX:
     case ND_OP_LOG_SOFTMAX: {
-        nd_softmax_args a = {b->dtype, b->outer, b->mid, b->inner, b->x, b->y};
-        return nd_cpu_softmax(&a, b->op == ND_OP_LOG_SOFTMAX, err);
+        nd_softmax_args a = {b->dtype, b->outer, b->mid, b->inner, p->x, p->y};
+        int log = b->op == ND_OP_LOG_SOFTMAX;
+        return cuda ? nd_cuda_softmax(&a, log, stream, err) : nd_cpu_softmax(&a, log, err);
     }
     case ND_OP_PRELU: {
-        nd_prelu_args a = {b->dtype, b->outer, b->mid, b->inner, b->x, b->y,
-                           pick(b->alpha, b->pset, ND_PARAM_ALPHA), b->alpha_count};
-        return nd_cpu_prelu(&a, err);
+        nd_prelu_args a = {b->dtype, b->outer, b->mid,    b->inner,
+                           p->x,     p->y,     p->alpha, b->alpha_count};
+        return cuda ? nd_cuda_prelu(&a, stream, err) : nd_cpu_prelu(&a, err);
     }
     default:
         return nd_error_set(err, ND_EINVAL, "unknown op %d", (int)b->op);
     }
+}
+
+/* Inline parameters win; else the registered set's host copy of tensor k. */
+static const void *host_param(const void *inline_p, const nd_param_set *ps, int k)
+{
+    return inline_p ? inline_p : ps ? ps->host[k] : NULL;
+}
+
+static nd_status cpu_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
+{
+    const int ln = b->op == ND_OP_LAYERNORM;
+    nd_batch_ptrs p = {
+        .x = b->x,
+        .y = b->y,
+        .mean = b->mean,
+        .rstd = b->rstd,
+        .gamma = host_param(b->gamma, b->pset, ln ? ND_PARAM_GAMMA : ND_PARAM_WEIGHT),
+        .beta = host_param(b->beta, b->pset, ND_PARAM_BETA),
+        .alpha = host_param(b->alpha, b->pset, ND_PARAM_ALPHA),
+    };
+    return nd_batch_call(b, &p, ND_API_CPU, NULL, err);
 }
 
 static nd_status null_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)

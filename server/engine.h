@@ -39,6 +39,23 @@ typedef struct nd_batch {
     uint64_t h2d_bytes, d2h_bytes;
 } nd_batch;
 
+/* A batch's tensors as one backend sees them (host pointers for cpu, device pointers for cuda),
+ * parameters already resolved: inline ones, else the registered set's copies, else NULL. */
+typedef struct nd_batch_ptrs {
+    const void *x;
+    void *y;
+    float *mean, *rstd;
+    const void *gamma; /* layernorm gamma or rmsnorm weight */
+    const void *beta;
+    const void *alpha;
+} nd_batch_ptrs;
+
+typedef enum nd_backend_api { ND_API_CPU, ND_API_CUDA } nd_backend_api;
+
+/* Calls the operator of b through the cpu or cuda API (stream: a cudaStream_t for cuda). */
+nd_status nd_batch_call(const nd_batch *b, const nd_batch_ptrs *p, nd_backend_api api,
+                        void *stream, nd_error *err);
+
 typedef struct nd_engine nd_engine;
 
 typedef struct nd_engine_vt {

@@ -277,51 +277,19 @@ static const void *pset_dev(const nd_param_set *ps, int dev, int k)
  * registered set, as in the cpu engine. */
 static nd_status launch(cuda_slot *s, const nd_batch *b, nd_error *err)
 {
-    void *stream = (void *)s->stream;
     const nd_param_set *ps = b->pset;
-    switch (b->op) {
-    case ND_OP_LAYERNORM:
-    case ND_OP_RMSNORM: {
-        int ln = b->op == ND_OP_LAYERNORM;
-        nd_norm_args a = {
-            .dtype = b->dtype,
-            .rows = b->outer,
-            .cols = b->mid,
-            .x = dev_in(s, b->x),
-            .y = dev_out(s, b->y),
-            .gamma = b->gamma ? dev_in(s, b->gamma)
-                              : pset_dev(ps, s->dev, ln ? ND_PARAM_GAMMA : ND_PARAM_WEIGHT),
-            .beta = !ln      ? NULL
-                    : b->beta ? dev_in(s, b->beta)
-                              : pset_dev(ps, s->dev, ND_PARAM_BETA),
-            .eps = b->eps,
-            .mean = dev_out(s, b->mean),
-            .rstd = dev_out(s, b->rstd),
-        };
-        return ln ? nd_cuda_layernorm(&a, stream, err) : nd_cuda_rmsnorm(&a, stream, err);
-    }
-    case ND_OP_SOFTMAX:
-    case ND_OP_LOG_SOFTMAX: {
-        nd_softmax_args a = {b->dtype, b->outer, b->mid, b->inner, dev_in(s, b->x),
-                             dev_out(s, b->y)};
-        return nd_cuda_softmax(&a, b->op == ND_OP_LOG_SOFTMAX, stream, err);
-    }
-    case ND_OP_PRELU: {
-        nd_prelu_args a = {
-            .dtype = b->dtype,
-            .outer = b->outer,
-            .channels = b->mid,
-            .inner = b->inner,
-            .x = dev_in(s, b->x),
-            .y = dev_out(s, b->y),
-            .alpha = b->alpha ? dev_in(s, b->alpha) : pset_dev(ps, s->dev, ND_PARAM_ALPHA),
-            .alpha_count = b->alpha_count,
-        };
-        return nd_cuda_prelu(&a, stream, err);
-    }
-    default:
-        return nd_error_set(err, ND_EINVAL, "unknown op %d", (int)b->op);
-    }
+    const int ln = b->op == ND_OP_LAYERNORM;
+    nd_batch_ptrs p = {
+        .x = dev_in(s, b->x),
+        .y = dev_out(s, b->y),
+        .mean = dev_out(s, b->mean),
+        .rstd = dev_out(s, b->rstd),
+        .gamma = b->gamma ? dev_in(s, b->gamma)
+                          : pset_dev(ps, s->dev, ln ? ND_PARAM_GAMMA : ND_PARAM_WEIGHT),
+        .beta = b->beta ? dev_in(s, b->beta) : pset_dev(ps, s->dev, ND_PARAM_BETA),
+        .alpha = b->alpha ? dev_in(s, b->alpha) : pset_dev(ps, s->dev, ND_PARAM_ALPHA),
+    };
+    return nd_batch_call(b, &p, ND_API_CUDA, (void *)s->stream, err);
 }
 
 /*
