@@ -27,10 +27,34 @@ namespace {
 
 /* Tuned numbers for this op, in one place. */
 struct prelu_policy {
-    static constexpr int block_threads = 256;
+    static constexpr int block_threads = 512;
     /* Packs per thread, loaded before any is used. */
-    static constexpr int unroll = 4;
+    static constexpr int unroll = 2;
+    /* Evict-first loads and stores: x and y are touched once. */
+    static constexpr bool streaming = false;
 };
+
+template <typename T, int P>
+__device__ __forceinline__ nd_pack<T, P> load_pack(const nd_pack<T, P> *p)
+{
+    typedef typename nd_word<sizeof(T) * P>::type W;
+    union { W w; nd_pack<T, P> pk; } u;
+    u.w = prelu_policy::streaming ? __ldcs(reinterpret_cast<const W *>(p))
+                                  : __ldg(reinterpret_cast<const W *>(p));
+    return u.pk;
+}
+
+template <typename T, int P>
+__device__ __forceinline__ void store_pack(nd_pack<T, P> *p, const nd_pack<T, P> &v)
+{
+    typedef typename nd_word<sizeof(T) * P>::type W;
+    union { W w; nd_pack<T, P> pk; } u;
+    u.pk = v;
+    if (prelu_policy::streaming)
+        __stcs(reinterpret_cast<W *>(p), u.w);
+    else
+        *reinterpret_cast<W *>(p) = u.w;
+}
 
 /*
  * n / d for 0 <= n < 2^64 and a fixed d >= 1 without a divide instruction (Granlund and
@@ -82,6 +106,53 @@ __device__ __forceinline__ T prelu_one(T v, float a)
     return f > 0.0f ? v : nd_from_float<T>(a * f);
 }
 
+/* A whole pack with one alpha. For the two-byte types two elements at a time in their own
+ * arithmetic: the product of two float16 (bfloat16) values is exact in float32, so the paired
+ * multiply, rounded once, gives the same bits as the float32 route, in a third of the
+ * instructions; the select is a mask from the paired compare. */
+template <typename T, int P>
+__device__ __forceinline__ nd_pack<T, P> prelu_pack(const nd_pack<T, P> &v, float a)
+{
+    nd_pack<T, P> o;
+#pragma unroll
+    for (int j = 0; j < P; j++)
+        o.v[j] = prelu_one(v.v[j], a);
+    return o;
+}
+
+template <typename T2, int P>
+__device__ __forceinline__ void prelu_pairs(const unsigned (&x)[P / 2], unsigned (&y)[P / 2],
+                                            T2 a2)
+{
+    const T2 zero = T2();
+#pragma unroll
+    for (int j = 0; j < P / 2; j++) {
+        T2 xv = *reinterpret_cast<const T2 *>(&x[j]);
+        T2 pv = __hmul2(xv, a2);
+        unsigned mask = __hgt2_mask(xv, zero);
+        y[j] = (x[j] & mask) | (*reinterpret_cast<unsigned *>(&pv) & ~mask);
+    }
+}
+
+template <>
+__device__ __forceinline__ nd_pack<__half, 8> prelu_pack(const nd_pack<__half, 8> &v, float a)
+{
+    union { nd_pack<__half, 8> p; unsigned u[4]; } in, out;
+    in.p = v;
+    prelu_pairs<__half2, 8>(in.u, out.u, __float2half2_rn(a));
+    return out.p;
+}
+
+template <>
+__device__ __forceinline__ nd_pack<__nv_bfloat16, 8> prelu_pack(const nd_pack<__nv_bfloat16, 8> &v,
+                                                                float a)
+{
+    union { nd_pack<__nv_bfloat16, 8> p; unsigned u[4]; } in, out;
+    in.p = v;
+    prelu_pairs<__nv_bfloat162, 8>(in.u, out.u, __float2bfloat162_rn(a));
+    return out.p;
+}
+
 /* Channel of flat element e, and e's index within its plane. */
 __device__ __forceinline__ void locate(const prelu_geom &g, int64_t e, int64_t &c, int64_t &i)
 {
@@ -121,7 +192,7 @@ prelu_kernel(const T *__restrict__ x, T *__restrict__ y, const T *__restrict__ a
     for (int u = 0; u < U; u++) {
         int64_t q = first + (int64_t)u * blockDim.x;
         if (q < g.packs)
-            v[u] = xp[q];
+            v[u] = load_pack<T, P>(xp + q);
     }
 #pragma unroll
     for (int u = 0; u < U; u++) {
@@ -130,18 +201,12 @@ prelu_kernel(const T *__restrict__ x, T *__restrict__ y, const T *__restrict__ a
             continue;
         pack o;
         if (SHARED) {
-#pragma unroll
-            for (int j = 0; j < P; j++)
-                o.v[j] = prelu_one(v[u].v[j], a0);
+            o = prelu_pack<T, P>(v[u], a0);
         } else {
             int64_t c, i;
             locate(g, g.head + q * P, c, i);
-            float av[P];
             if (i + P <= g.inner) { /* the whole pack lies in one plane: one alpha */
-                const float a = nd_to_float(alpha[c]);
-#pragma unroll
-                for (int j = 0; j < P; j++)
-                    av[j] = a;
+                o = prelu_pack<T, P>(v[u], nd_to_float(alpha[c]));
             } else { /* the pack crosses into the next plane(s): step the channel */
 #pragma unroll
                 for (int j = 0; j < P; j++) {
@@ -149,15 +214,12 @@ prelu_kernel(const T *__restrict__ x, T *__restrict__ y, const T *__restrict__ a
                         i = 0;
                         c = c + 1 == g.channels ? 0 : c + 1;
                     }
-                    av[j] = nd_to_float(alpha[c]);
+                    o.v[j] = prelu_one(v[u].v[j], nd_to_float(alpha[c]));
                     i++;
                 }
             }
-#pragma unroll
-            for (int j = 0; j < P; j++)
-                o.v[j] = prelu_one(v[u].v[j], av[j]);
         }
-        yp[q] = o;
+        store_pack<T, P>(yp + q, o);
     }
 }
 

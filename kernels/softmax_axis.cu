@@ -10,17 +10,21 @@
  *     to 16 bytes, so every row of a column tile is one coalesced access. When inner is small (a row
  *     of the tile is the whole inner extent) the block's rows are adjacent in memory, so a block
  *     still reads one contiguous slab however few elements a row has;
- *   - x is read once: each thread keeps its rows in registers (up to axis_policy::max_rows packs)
- *     and the reduction is a single merge of (max, sum) pairs (the online softmax of seed 001), not
- *     a max pass, a sum pass and a write pass that read x three times;
+ *   - x is read once: each thread keeps its rows in registers (up to axis_policy::max_rows packs),
+ *     takes each element's exp once against its own max, and the column's (max, sum) come from a
+ *     max all-reduce and an all-reduce of the sums rescaled to that max (the merge rule of the
+ *     online softmax, seed 001), not from a max pass, a sum pass and a write pass over x;
  *   - when outer * inner alone cannot fill the GPU, a column is also split across the blocks of a
- *     thread-block cluster (up to axis_policy::max_cluster) that merge their (max, sum) pairs through
+ *     thread-block cluster (up to axis_policy::max_cluster) that combine their (max, sum) through
  *     distributed shared memory, so even outer = 1 uses every multiprocessor without a workspace or
  *     a second launch;
- *   - only when a column is too long for the registers of a whole cluster does a thread walk its rows
- *     twice: an online (max, sum) pass and a write pass (two reads of x; the second mostly from L2).
+ *   - only when a column is too long for the registers of a whole cluster is it cut into segments
+ *     of independent blocks: one launch writes each segment's (max, sum) to a small stream-ordered
+ *     workspace, a second merges them and writes y, reading x a second time (mostly from L2).
+ *     Two reads of x, not three, and the whole GPU busy however few columns there are.
  *
- * Arithmetic is in float32 with the accurate expf/logf. Offsets are 64-bit.
+ * Arithmetic is in float32: exp as one ex2.approx (see exp_le0 for why that meets the tolerance
+ * rule), the accurate logf. Offsets are 64-bit.
  */
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -38,19 +42,22 @@ namespace {
 /* Tuned numbers for this op, in one place. */
 struct axis_policy {
     /* Rows a thread keeps in registers (packs of up to 16 bytes); above this the column is split
-     * over more threads, then over a cluster, then walked twice. */
+     * over more threads, then over a cluster, then cut into segments of independent blocks. */
     static constexpr int max_rows = 16;
     /* Rows a thread prefers to keep when the GPU is full anyway: more loads in flight per thread
      * than this buys little and costs occupancy. */
-    static constexpr int pref_rows = 8;
+    static constexpr int pref_rows = 16;
     /* Threads the grid should hold at least, per multiprocessor, before we split columns further. */
     static constexpr int fill_threads_per_sm = 1024;
     /* Threads per block we aim for. */
     static constexpr int block_threads = 256;
     /* Most blocks a column is spread over (portable cluster size). */
     static constexpr int max_cluster = 8;
-    /* Rows loaded before use in the two-pass (uncached) walk. */
-    static constexpr int uncached_unroll = 4;
+    /* The split path (columns too long for a cluster): threads per block, rows loaded before
+     * use, and about how many rows each thread walks per segment. */
+    static constexpr int split_threads = 256;
+    static constexpr int split_unroll = 4;
+    static constexpr int split_rows = 32;
     /* Most packs of a tile row; 32 packs of 16 bytes = 512 bytes, a whole warp's access. */
     static constexpr int max_tile_packs = 32;
 };
@@ -69,114 +76,103 @@ struct axis_geom {
 /* kernels                                                                                       */
 /* ------------------------------------------------------------------------------------------- */
 
-/* Merge the partial softmax state (m2, s2) into (m, s): s counts sum(exp(x - m)). */
-__device__ __forceinline__ void merge_pair(float &m, float &s, float m2, float s2)
+/*
+ * exp(d) for d = x - max <= 0 as one MUFU.EX2 (ex2.approx.ftz) of d * log2(e). Its bound, checked
+ * against the tolerance rule: ex2.approx has a relative error below 2^-22; rounding d * log2(e)
+ * adds at most |d| * 2^-24 (relative) to the result, 1.2e-6 at d = -20, where exp(d) is 2e-9.
+ * So a result near 1 is within 3e-7 of exp(d) (far inside float32's 1e-5 and half an ulp of
+ * float16 / bfloat16), and a result small enough for |d| to matter is far below the absolute
+ * 1e-5 the rule grants. Results below 2^-126 flush to 0, also inside that absolute bound. The
+ * accurate expf costs about three times the instructions, which the two-byte dtypes feel.
+ */
+__device__ __forceinline__ float exp_le0(float d)
 {
-    float a[2] = {m, s};
-    const float b[2] = {m2, s2};
-    nd_op_softmax_pair()(a, b);
-    m = a[0];
-    s = a[1];
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.4426950408889634f));
+    return r;
 }
 
+struct op_max {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct op_add {
+    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+
 /*
- * Combine the per-thread states of the threads that share a column: over threadIdx.y through
- * shared memory (a tree, log2(blockDim.y) steps), then over the blocks of the cluster through
- * distributed shared memory. On return every thread of the column holds the column's (max, sum).
+ * All-reduce P floats over the threads that share a column: over threadIdx.y through shared memory
+ * (a tree of log2(blockDim.y) steps), then over the blocks of the cluster through distributed
+ * shared memory. `red` holds blockDim.x * blockDim.y * blockDim.z * P floats; two consecutive
+ * calls must use different buffers (another block may still read the first one's results). On
+ * return every thread of the column holds the same bits.
  */
-template <int P>
-__device__ __forceinline__ void column_reduce(float (&m)[P], float (&s)[P], float2 *red,
-                                              int cluster)
+template <int P, class Op>
+__device__ __forceinline__ void column_allreduce(float (&v)[P], float *red, int cluster, Op op)
 {
+    /* red is P planes of one float per thread ([j][tz][ty][tx]), so a warp's accesses to a plane
+     * fall in 32 different banks */
     const int tx = threadIdx.x, ty = threadIdx.y, tz = threadIdx.z;
     const int TX = blockDim.x, TY = blockDim.y;
-    float2 *mine = red + ((size_t)(tz * TY + ty) * TX + tx) * P;
-    float2 *head = red + ((size_t)(tz * TY) * TX + tx) * P;
-    if (TY > 1) {
+    const size_t nt = (size_t)TX * TY * blockDim.z;
+    float *mine = red + (size_t)(tz * TY + ty) * TX + tx;
+    float *head = red + (size_t)(tz * TY) * TX + tx;
+    if (TY > 1 || cluster > 1) {
 #pragma unroll
         for (int j = 0; j < P; j++)
-            mine[j] = make_float2(m[j], s[j]);
+            mine[j * nt] = v[j];
+    }
+    if (TY > 1) {
         int half = 1;
         while (half < TY)
             half <<= 1;
         for (half >>= 1; half >= 1; half >>= 1) {
             __syncthreads();
             if (ty < half && ty + half < TY) {
-                const float2 *other = mine + (size_t)half * TX * P;
+                const float *other = mine + (size_t)half * TX;
 #pragma unroll
                 for (int j = 0; j < P; j++) {
-                    float2 t = other[j];
-                    merge_pair(m[j], s[j], t.x, t.y);
-                    mine[j] = make_float2(m[j], s[j]);
+                    v[j] = op(v[j], other[j * nt]);
+                    mine[j * nt] = v[j];
                 }
             }
         }
         __syncthreads();
-    } else if (cluster > 1) {
-#pragma unroll
-        for (int j = 0; j < P; j++)
-            mine[j] = make_float2(m[j], s[j]);
     }
     if (cluster > 1) {
         cg::cluster_group cl = cg::this_cluster();
-        cl.sync(); /* every block's result sits in its red[tz][0][tx] */
+        cl.sync(); /* every block's result sits in its red[.][tz][0][tx] */
+        const float *r0 = cl.map_shared_rank(head, 0);
 #pragma unroll
-        for (int j = 0; j < P; j++) {
-            m[j] = -INFINITY;
-            s[j] = 0.0f;
-        }
-        for (int r = 0; r < cluster; r++) {
-            const float2 *rem = cl.map_shared_rank(head, r);
+        for (int j = 0; j < P; j++)
+            v[j] = r0[j * nt];
+        for (int r = 1; r < cluster; r++) {
+            const float *rr = cl.map_shared_rank(head, r);
 #pragma unroll
-            for (int j = 0; j < P; j++) {
-                float2 t = rem[j];
-                merge_pair(m[j], s[j], t.x, t.y);
-            }
+            for (int j = 0; j < P; j++)
+                v[j] = op(v[j], rr[j * nt]);
         }
-        cl.sync(); /* no block leaves while another still reads its shared memory */
     } else if (TY > 1) {
 #pragma unroll
-        for (int j = 0; j < P; j++) {
-            float2 t = head[j];
-            m[j] = t.x;
-            s[j] = t.y;
-        }
+        for (int j = 0; j < P; j++)
+            v[j] = head[j * nt];
     }
-}
-
-/* y for one pack given the column's (max, sum) in the form the caller prepared: for softmax
- * k = 1/sum, for log-softmax k = log(sum). */
-template <typename T, int P>
-__device__ __forceinline__ nd_pack<T, P> softmax_out(const nd_pack<T, P> &v, const float (&m)[P],
-                                                    const float (&k)[P], int log)
-{
-    nd_pack<T, P> o;
-#pragma unroll
-    for (int j = 0; j < P; j++) {
-        float f = nd_to_float(v.v[j]);
-        o.v[j] = nd_from_float<T>(log ? (f - m[j]) - k[j] : expf(f - m[j]) * k[j]);
-    }
-    return o;
-}
-
-template <int P>
-__device__ __forceinline__ void prepare_out(float (&s)[P], int log)
-{
-#pragma unroll
-    for (int j = 0; j < P; j++)
-        s[j] = log ? logf(s[j]) : 1.0f / s[j];
 }
 
 /*
- * One thread: pack-column pk of outer index o, rows d0 + ty + k * blockDim.y of the block's share
- * [d0, d1) of the column. R > 0: the thread's rows (at most R) stay in registers and x is read once.
- * R == 0: the rows are walked twice (online max/sum, then the write).
+ * The register-cached kernel. One thread: pack-column pk of outer index o, rows
+ * d0 + ty + k * blockDim.y (k < R) of the block's share [d0, d1) of the column, all kept in
+ * registers, so x is read once. Each element's exp is taken once, against the thread's own max;
+ * softmax keeps those exps for the output when they fit (KEEP), otherwise takes them again.
+ *
+ * Registers: 64 (two blocks of 512 or one of 1024 per SM) except where the rows kept would spill
+ * badly there (16 rows, or 8 rows of 8 two-byte elements), which get 128 in blocks of 256.
  */
-template <typename T, int P, int R, int MAXT>
-__global__ void __launch_bounds__(MAXT)
-softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g, int log)
+template <typename T, int P, int R, int MAXT, bool LOG>
+__global__ void __launch_bounds__(MAXT, (R >= 16 || (P >= 8 && R >= 8)) ? 2 : 1024 / MAXT)
+softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
 {
-    extern __shared__ float2 red[];
+    constexpr bool KEEP = !LOG && R * P <= 32;
+    extern __shared__ float red[];
     using pack = nd_pack<T, P>;
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int TX = blockDim.x, TY = blockDim.y;
@@ -194,79 +190,213 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g, int
     const T *xp = x + off;
     T *yp = y + off;
 
+    int nrows = 0;
+    if (live && d0 < d1)
+        nrows = (int)min((int64_t)R, (d1 - d0 + TY - 1) / TY);
+    pack v[R];
+#pragma unroll
+    for (int k = 0; k < R; k++)
+        if (k < nrows)
+            v[k] = *reinterpret_cast<const pack *>(xp + k * step);
+
+    float m[P], s[P], ml[P], e[KEEP ? R : 1][P];
+#pragma unroll
+    for (int j = 0; j < P; j++) {
+        m[j] = -INFINITY;
+        s[j] = 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < R; k++)
+        if (k < nrows)
+#pragma unroll
+            for (int j = 0; j < P; j++)
+                m[j] = fmaxf(m[j], nd_to_float(v[k].v[j]));
+#pragma unroll
+    for (int j = 0; j < P; j++)
+        ml[j] = m[j];
+#pragma unroll
+    for (int k = 0; k < R; k++)
+        if (k < nrows)
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                float t = exp_le0(nd_to_float(v[k].v[j]) - ml[j]);
+                if constexpr (KEEP)
+                    e[k][j] = t;
+                s[j] += t;
+            }
+    /* the column's (max, sum): two cheap all-reduces, the sums rescaled to the column max */
+    const size_t half = (size_t)blockDim.x * blockDim.y * blockDim.z * P;
+    column_allreduce<P>(m, red, g.cluster, op_max());
+    float scale[P];
+#pragma unroll
+    for (int j = 0; j < P; j++) {
+        scale[j] = ml[j] == -INFINITY ? 0.0f : exp_le0(ml[j] - m[j]);
+        s[j] *= scale[j];
+    }
+    column_allreduce<P>(s, red + half, g.cluster, op_add());
+    if (g.cluster > 1)
+        cg::this_cluster().sync(); /* no block leaves while another still reads its buffers */
+#pragma unroll
+    for (int j = 0; j < P; j++)
+        s[j] = LOG ? logf(s[j]) : KEEP ? scale[j] / s[j] : 1.0f / s[j];
+#pragma unroll
+    for (int k = 0; k < R; k++)
+        if (k < nrows) {
+            pack out;
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                float d = nd_to_float(v[k].v[j]) - m[j];
+                if constexpr (LOG)
+                    out.v[j] = nd_from_float<T>(d - s[j]);
+                else if constexpr (KEEP)
+                    out.v[j] = nd_from_float<T>(e[k][j] * s[j]);
+                else
+                    out.v[j] = nd_from_float<T>(exp_le0(d) * s[j]);
+            }
+            *reinterpret_cast<pack *>(yp + k * step) = out;
+        }
+}
+
+/*
+ * Long columns with few of them (say outer 8, dim 32768, inner 64): too long for the registers of
+ * a cluster, and too few to fill the GPU if each went to one cluster. The column is cut into
+ * gridDim.y segments of independent blocks: softmax_axis_stats writes each segment's (max, sum)
+ * to a workspace, softmax_axis_apply merges a column's segments and writes y, reading x a second
+ * time (from L2 when x fits there).
+ */
+template <typename T, int P>
+__global__ void __launch_bounds__(axis_policy::split_threads)
+softmax_axis_stats(const T *__restrict__ x, float2 *__restrict__ ws, axis_geom g)
+{
+    extern __shared__ float red[];
+    using pack = nd_pack<T, P>;
+    constexpr int U = axis_policy::split_unroll;
+    const int tx = threadIdx.x, ty = threadIdx.y, TX = blockDim.x, TY = blockDim.y;
+    int64_t o = (int64_t)blockIdx.x / g.chunks;
+    const int64_t pk = ((int64_t)blockIdx.x - o * g.chunks) * TX + tx;
+    const bool live = pk < g.packs;
+    const int64_t d0 = (int64_t)blockIdx.y * g.rows_per_rank + ty;
+    const int64_t d1 = min(g.dim, (int64_t)(blockIdx.y + 1) * g.rows_per_rank);
+    const int64_t n = (live && d0 < d1) ? (d1 - d0 + TY - 1) / TY : 0;
+    const int64_t step = (int64_t)TY * g.inner;
+    const T *xp = x + (o * g.dim + d0) * g.inner + (live ? pk * P : 0);
+
     float m[P], s[P];
 #pragma unroll
     for (int j = 0; j < P; j++) {
         m[j] = -INFINITY;
         s[j] = 0.0f;
     }
-
-    if constexpr (R > 0) {
-        int nrows = 0;
-        if (live && d0 < d1)
-            nrows = (int)min((int64_t)R, (d1 - d0 + TY - 1) / TY);
-        pack v[R];
+    for (int64_t k = 0; k < n; k += U) {
+        pack v[U];
 #pragma unroll
-        for (int k = 0; k < R; k++)
-            if (k < nrows)
-                v[k] = *reinterpret_cast<const pack *>(xp + k * step);
+        for (int u = 0; u < U; u++)
+            if (k + u < n)
+                v[u] = *reinterpret_cast<const pack *>(xp + (k + u) * step);
 #pragma unroll
-        for (int k = 0; k < R; k++)
-            if (k < nrows)
-#pragma unroll
-                for (int j = 0; j < P; j++)
-                    m[j] = fmaxf(m[j], nd_to_float(v[k].v[j]));
-#pragma unroll
-        for (int k = 0; k < R; k++)
-            if (k < nrows)
-#pragma unroll
-                for (int j = 0; j < P; j++)
-                    s[j] += expf(nd_to_float(v[k].v[j]) - m[j]);
-        column_reduce<P>(m, s, red, g.cluster);
-        prepare_out<P>(s, log);
-#pragma unroll
-        for (int k = 0; k < R; k++)
-            if (k < nrows)
-                *reinterpret_cast<pack *>(yp + k * step) = softmax_out<T, P>(v[k], m, s, log);
-    } else {
-        constexpr int U = axis_policy::uncached_unroll;
-        const int64_t n = (live && d0 < d1) ? (d1 - d0 + TY - 1) / TY : 0;
-        for (int64_t k = 0; k < n; k += U) {
-            pack v[U];
+        for (int j = 0; j < P; j++) {
+            float mx = m[j];
 #pragma unroll
             for (int u = 0; u < U; u++)
                 if (k + u < n)
-                    v[u] = *reinterpret_cast<const pack *>(xp + (k + u) * step);
+                    mx = fmaxf(mx, nd_to_float(v[u].v[j]));
+            float acc = m[j] == -INFINITY ? 0.0f : s[j] * exp_le0(m[j] - mx);
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (k + u < n)
+                    acc += exp_le0(nd_to_float(v[u].v[j]) - mx);
+            m[j] = mx;
+            s[j] = acc;
+        }
+    }
+    float ml[P];
+#pragma unroll
+    for (int j = 0; j < P; j++)
+        ml[j] = m[j];
+    column_allreduce<P>(m, red, 1, op_max());
+#pragma unroll
+    for (int j = 0; j < P; j++)
+        s[j] = ml[j] == -INFINITY ? 0.0f : s[j] * exp_le0(ml[j] - m[j]);
+    column_allreduce<P>(s, red + (size_t)TX * TY * P, 1, op_add());
+    if (ty == 0 && live) {
+        float2 *w = ws + ((int64_t)blockIdx.y * g.groups * TX + (int64_t)blockIdx.x * TX + tx) * P;
+#pragma unroll
+        for (int j = 0; j < P; j++)
+            w[j] = make_float2(m[j], s[j]);
+    }
+}
+
+template <typename T, int P, bool LOG>
+__global__ void __launch_bounds__(axis_policy::split_threads)
+softmax_axis_apply(const T *__restrict__ x, T *__restrict__ y, const float2 *__restrict__ ws,
+                   axis_geom g)
+{
+    extern __shared__ float red[];
+    using pack = nd_pack<T, P>;
+    constexpr int U = axis_policy::split_unroll;
+    const int tx = threadIdx.x, ty = threadIdx.y, TX = blockDim.x, TY = blockDim.y;
+    int64_t o = (int64_t)blockIdx.x / g.chunks;
+    const int64_t pk = ((int64_t)blockIdx.x - o * g.chunks) * TX + tx;
+    const bool live = pk < g.packs;
+    const int nseg = gridDim.y;
+
+    /* merge the column's segments: thread ty takes segments ty, ty + TY, ... */
+    float m[P], s[P];
+#pragma unroll
+    for (int j = 0; j < P; j++) {
+        m[j] = -INFINITY;
+        s[j] = 0.0f;
+    }
+    if (live)
+        for (int seg = ty; seg < nseg; seg += TY) {
+            const float2 *w = ws + ((int64_t)seg * g.groups * TX + (int64_t)blockIdx.x * TX + tx) * P;
 #pragma unroll
             for (int j = 0; j < P; j++) {
-                float mx = m[j];
-#pragma unroll
-                for (int u = 0; u < U; u++)
-                    if (k + u < n)
-                        mx = fmaxf(mx, nd_to_float(v[u].v[j]));
-                float acc = s[j] * expf(m[j] - mx);
-#pragma unroll
-                for (int u = 0; u < U; u++)
-                    if (k + u < n)
-                        acc += expf(nd_to_float(v[u].v[j]) - mx);
+                float2 t = w[j];
+                float mx = fmaxf(m[j], t.x);
+                if (mx == -INFINITY)
+                    continue;
+                s[j] = s[j] * exp_le0(m[j] - mx) + t.y * exp_le0(t.x - mx);
                 m[j] = mx;
-                s[j] = acc;
             }
         }
-        column_reduce<P>(m, s, red, g.cluster);
-        prepare_out<P>(s, log);
-        for (int64_t k = 0; k < n; k += U) {
-            pack v[U];
+    float ml[P];
 #pragma unroll
-            for (int u = 0; u < U; u++)
-                if (k + u < n)
-                    v[u] = *reinterpret_cast<const pack *>(xp + (k + u) * step);
+    for (int j = 0; j < P; j++)
+        ml[j] = m[j];
+    column_allreduce<P>(m, red, 1, op_max());
 #pragma unroll
-            for (int u = 0; u < U; u++)
-                if (k + u < n)
-                    *reinterpret_cast<pack *>(yp + (k + u) * step) =
-                        softmax_out<T, P>(v[u], m, s, log);
-        }
+    for (int j = 0; j < P; j++)
+        s[j] = ml[j] == -INFINITY ? 0.0f : s[j] * exp_le0(ml[j] - m[j]);
+    column_allreduce<P>(s, red + (size_t)TX * TY * P, 1, op_add());
+#pragma unroll
+    for (int j = 0; j < P; j++)
+        s[j] = LOG ? logf(s[j]) : 1.0f / s[j];
+
+    const int64_t d0 = (int64_t)blockIdx.y * g.rows_per_rank + ty;
+    const int64_t d1 = min(g.dim, (int64_t)(blockIdx.y + 1) * g.rows_per_rank);
+    const int64_t n = (live && d0 < d1) ? (d1 - d0 + TY - 1) / TY : 0;
+    const int64_t step = (int64_t)TY * g.inner;
+    const int64_t off = (o * g.dim + d0) * g.inner + (live ? pk * P : 0);
+    const T *xp = x + off;
+    T *yp = y + off;
+    for (int64_t k = 0; k < n; k += U) {
+        pack v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (k + u < n)
+                v[u] = *reinterpret_cast<const pack *>(xp + (k + u) * step);
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (k + u < n) {
+                pack out;
+#pragma unroll
+                for (int j = 0; j < P; j++) {
+                    float d = nd_to_float(v[u].v[j]) - m[j];
+                    out.v[j] = nd_from_float<T>(LOG ? d - s[j] : exp_le0(d) * s[j]);
+                }
+                *reinterpret_cast<pack *>(yp + (k + u) * step) = out;
+            }
     }
 }
 
@@ -277,8 +407,7 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g, int
 /* A launch: the kernel's template arguments beyond the dtype, and the geometry. */
 struct axis_plan {
     int pack;    /* P: elements per access */
-    int rows;    /* R: rows kept in registers, 0 = walk twice */
-    int maxt;    /* the kernel's launch bound */
+    int rows;    /* R: rows kept in registers; 0 = the split path */
     dim3 block, grid;
     size_t smem;
     axis_geom g;
@@ -310,12 +439,20 @@ static int choose_pack(const nd_softmax_args *a, size_t es)
     return 1;
 }
 
+/* The kernel's thread limit for (P, R): see softmax_axis_kernel. */
+static int max_threads(int P, int R)
+{
+    if (R >= 16 || (P >= 8 && R >= 8))
+        return 256;
+    return P >= 8 || R >= 8 ? 512 : 1024;
+}
+
 /*
  * The launch for one problem. Threads along dim per column (s) are chosen to fill the GPU and to
  * keep at most pref_rows rows per thread; rows per thread round up to a power of two (R). A block
  * holds TX pack-columns x TY row-threads x TZ column tiles; when a column needs more row-threads
  * than a block holds, it is spread over a cluster of C blocks; when even max_cluster blocks with
- * max_rows rows each cannot hold it, the rows are walked twice (R = 0).
+ * max_rows rows each cannot hold it, the column goes to the split path (R = 0).
  */
 static axis_plan plan_axis(const nd_softmax_args *a, size_t es, int sms)
 {
@@ -325,71 +462,67 @@ static axis_plan plan_axis(const nd_softmax_args *a, size_t es, int sms)
     const int64_t packs = a->inner / P;
     const int64_t cols = a->outer * packs;
     const int64_t fill = (int64_t)sms * pol::fill_threads_per_sm;
-    /* The reduction buffer holds blockDim * P float2: keep it within the default 48 KB. */
-    const int max_block = P >= 8 ? 512 : 1024;
+    /* 16 rows of 8 two-byte elements would not fit the registers */
+    const int max_rows = P >= 8 ? 8 : pol::max_rows;
+    const int pref_rows = std::min(max_rows, pol::pref_rows);
 
-    /* 16 packs of 8 two-byte elements (and their float temporaries) no longer fit 128 registers */
-    const int max_rows = P >= 8 ? pol::pref_rows : pol::max_rows;
-
-    int64_t s = std::min(std::max(cdiv(fill, cols), cdiv(a->dim, pol::pref_rows)), a->dim);
-    int R = pow2_ceil(cdiv(a->dim, s));
-    int TX = 1, TY = 1, maxt = max_block;
+    int64_t s = std::min(std::max(cdiv(fill, cols), cdiv(a->dim, pref_rows)), a->dim);
+    int R = std::min(max_rows, pow2_ceil(cdiv(a->dim, s)));
+    int TX = 1, TY = 1;
     int64_t C = 1;
     for (;;) {
         s = cdiv(a->dim, R);
         TX = packs <= pol::max_tile_packs ? (int)packs : (s <= 16 ? 32 : s <= 64 ? 16 : 8);
-        maxt = std::min(R <= 4 ? 1024 : 512, max_block);
-        int ty_max = std::max(1, maxt / TX);
+        int ty_max = std::max(1, max_threads(P, R) / TX);
         C = cdiv(s, ty_max);
         TY = (int)cdiv(s, C);
         if (C <= pol::max_cluster || R >= max_rows)
             break;
         R = max_rows;
     }
-    int64_t rows_per_rank = C > 1 ? (int64_t)TY * R : a->dim;
+    pl.pack = P;
+    pl.g.dim = a->dim;
+    pl.g.inner = a->inner;
+    pl.g.packs = packs;
     if (C > pol::max_cluster) {
-        /* Too long for the registers of a cluster: walk the rows twice. Narrow tiles (down to
-         * 64-byte rows) give more blocks when there are few columns. */
-        R = 0;
-        maxt = max_block;
-        int tx_min = std::max(1, 64 / (P * (int)es));
+        /* The split path: segments of about split_rows rows per thread, enough of them to fill
+         * the GPU twice. */
         TX = (int)std::min(packs, (int64_t)pol::max_tile_packs);
-        for (;;) {
-            TY = (int)std::min((int64_t)std::max(1, 512 / TX), a->dim);
-            C = std::min((int64_t)pol::max_cluster, std::max((int64_t)1, cdiv(fill, cols * TY)));
-            C = std::min(C, cdiv(a->dim, TY));
-            if (TX <= tx_min || a->outer * cdiv(packs, TX) * C >= 2 * sms)
-                break;
-            TX = std::max(tx_min, TX / 2);
-        }
-        rows_per_rank = cdiv(a->dim, C);
+        TY = std::max(1, pol::split_threads / TX);
+        const int64_t chunks = cdiv(packs, TX);
+        int64_t nseg = std::max(cdiv(2 * fill, cols * TY), cdiv(a->dim, (int64_t)TY * pol::split_rows));
+        nseg = std::min(nseg, std::min(cdiv(a->dim, TY), (int64_t)65535));
+        pl.rows = 0;
+        pl.block = dim3(TX, TY, 1);
+        pl.grid = dim3((unsigned)(a->outer * chunks), (unsigned)nseg, 1);
+        pl.smem = 2 * (size_t)TX * TY * P * sizeof(float);
+        pl.g.chunks = chunks;
+        pl.g.groups = a->outer * chunks;
+        pl.g.cluster = 1;
+        pl.g.rows_per_rank = cdiv(a->dim, nseg);
+        return pl;
     }
     int TZ = 1;
     if (TY * TX < pol::block_threads)
-        TZ = std::max(1, pol::block_threads / (TX * TY));
+        TZ = std::min(64, std::max(1, pol::block_threads / (TX * TY))); /* blockDim.z <= 64 */
     const int64_t chunks = cdiv(packs, TX);
     const int64_t groups = a->outer * chunks;
     TZ = (int)std::min((int64_t)TZ, groups);
 
-    pl.pack = P;
     pl.rows = R;
-    pl.maxt = maxt;
     pl.block = dim3(TX, TY, TZ);
     pl.grid = dim3((unsigned)cdiv(groups, TZ), (unsigned)C, 1);
-    pl.smem = (TY > 1 || C > 1) ? (size_t)TX * TY * TZ * P * sizeof(float2) : 0;
-    pl.g.dim = a->dim;
-    pl.g.inner = a->inner;
-    pl.g.packs = packs;
+    pl.smem = (TY > 1 || C > 1) ? 2 * (size_t)TX * TY * TZ * P * sizeof(float) : 0;
     pl.g.chunks = chunks;
     pl.g.groups = groups;
     pl.g.cluster = (int)C;
-    pl.g.rows_per_rank = rows_per_rank;
+    pl.g.rows_per_rank = C > 1 ? (int64_t)TY * R : a->dim;
     return pl;
 }
 
 template <typename T, int P, int R, int MAXT>
-static cudaError_t launch_one(const axis_plan &pl, const void *x, void *y, int log,
-                              cudaStream_t stream)
+static cudaError_t launch_cached(const axis_plan &pl, const void *x, void *y, int log,
+                                 cudaStream_t stream)
 {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
@@ -405,24 +538,51 @@ static cudaError_t launch_one(const axis_plan &pl, const void *x, void *y, int l
         cfg.attrs = attr;
         cfg.numAttrs = 1;
     }
-    return cudaLaunchKernelEx(&cfg, softmax_axis_kernel<T, P, R, MAXT>, (const T *)x, (T *)y,
-                              pl.g, log);
+    if (log)
+        return cudaLaunchKernelEx(&cfg, softmax_axis_kernel<T, P, R, MAXT, true>, (const T *)x,
+                                  (T *)y, pl.g);
+    return cudaLaunchKernelEx(&cfg, softmax_axis_kernel<T, P, R, MAXT, false>, (const T *)x,
+                              (T *)y, pl.g);
+}
+
+/* The split path's two launches around a stream-ordered workspace. */
+template <typename T, int P>
+static cudaError_t launch_split(const axis_plan &pl, const void *x, void *y, int log,
+                                cudaStream_t stream)
+{
+    const size_t n = (size_t)pl.grid.y * pl.g.groups * pl.block.x * P;
+    float2 *ws = NULL;
+    cudaError_t ce = cudaMallocAsync((void **)&ws, n * sizeof(float2), stream);
+    if (ce != cudaSuccess)
+        return ce;
+    softmax_axis_stats<T, P><<<pl.grid, pl.block, pl.smem, stream>>>((const T *)x, ws, pl.g);
+    ce = cudaGetLastError();
+    if (ce == cudaSuccess) {
+        if (log)
+            softmax_axis_apply<T, P, true><<<pl.grid, pl.block, pl.smem, stream>>>(
+                (const T *)x, (T *)y, ws, pl.g);
+        else
+            softmax_axis_apply<T, P, false><<<pl.grid, pl.block, pl.smem, stream>>>(
+                (const T *)x, (T *)y, ws, pl.g);
+        ce = cudaGetLastError();
+    }
+    cudaError_t fe = cudaFreeAsync(ws, stream);
+    return ce != cudaSuccess ? ce : fe;
 }
 
 template <typename T, int P>
 static cudaError_t launch_rows(const axis_plan &pl, const void *x, void *y, int log,
                                cudaStream_t stream)
 {
-    constexpr int MB = P >= 8 ? 512 : 1024; /* the plan's max_block for this pack */
     switch (pl.rows) {
-    case 0: return launch_one<T, P, 0, MB>(pl, x, y, log, stream);
-    case 1: return launch_one<T, P, 1, MB>(pl, x, y, log, stream);
-    case 2: return launch_one<T, P, 2, MB>(pl, x, y, log, stream);
-    case 4: return launch_one<T, P, 4, MB>(pl, x, y, log, stream);
-    case 8: return launch_one<T, P, 8, 512>(pl, x, y, log, stream);
+    case 0: return launch_split<T, P>(pl, x, y, log, stream);
+    case 1: return launch_cached<T, P, 1, P >= 8 ? 512 : 1024>(pl, x, y, log, stream);
+    case 2: return launch_cached<T, P, 2, P >= 8 ? 512 : 1024>(pl, x, y, log, stream);
+    case 4: return launch_cached<T, P, 4, P >= 8 ? 512 : 1024>(pl, x, y, log, stream);
+    case 8: return launch_cached<T, P, 8, P >= 8 ? 256 : 512>(pl, x, y, log, stream);
     case 16:
         if constexpr (P < 8)
-            return launch_one<T, P, 16, 512>(pl, x, y, log, stream);
+            return launch_cached<T, P, 16, 256>(pl, x, y, log, stream);
         return cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;
     }
