@@ -207,7 +207,14 @@ prelu_kernel(const T *__restrict__ x, T *__restrict__ y, const T *__restrict__ a
             locate(g, g.head + q * P, c, i);
             if (i + P <= g.inner) { /* the whole pack lies in one plane: one alpha */
                 o = prelu_pack<T, P>(v[u], nd_to_float(alpha[c]));
-            } else { /* the pack crosses into the next plane(s): step the channel */
+            } else if (g.inner >= P) { /* it crosses into the next plane once: two alphas */
+                const float a_lo = nd_to_float(alpha[c]);
+                const float a_hi = nd_to_float(alpha[c + 1 == g.channels ? 0 : c + 1]);
+                const int split = (int)(g.inner - i); /* elements left in the first plane */
+#pragma unroll
+                for (int j = 0; j < P; j++)
+                    o.v[j] = prelu_one(v[u].v[j], j < split ? a_lo : a_hi);
+            } else { /* planes shorter than a pack: step the channel element by element */
 #pragma unroll
                 for (int j = 0; j < P; j++) {
                     if (i == g.inner) {
