@@ -10,9 +10,10 @@
  *     (96,64,111,111) case ran no faster than PyTorch). Here the tensor is walked as one flat array
  *     in packs aligned to 16 bytes, whatever inner is: the plane and the channel of a pack come
  *     from two divisions by invariant divisors done as multiply-high and shifts (magic numbers
- *     computed once on the host, valid for 64-bit indices), and a pack that straddles two planes
- *     steps its channel element by element, with no division. With inner >= a few packs almost
- *     every pack lies within one plane and costs one alpha load;
+ *     computed once on the host, valid for 64-bit indices); a pack that crosses into the next
+ *     plane selects per element between two alphas (planes shorter than a pack step the channel
+ *     element by element), with no division. Almost every pack of a plane of a few packs or more
+ *     lies within it and costs one alpha load;
  *   - the pointer need not be 16-byte aligned: the few elements before the first aligned pack
  *     (and after the last whole one) are done one by one by the first threads of the grid, so an
  *     offset tensor still runs on the packed path. Only x and y that are misaligned by different
