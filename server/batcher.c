@@ -303,6 +303,8 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
     nd_metrics_inflight_add(b->metrics, device, -1);
     const double compute_s = now_s() - t_start;
     nd_metrics_transfer(b->metrics, device, batch.h2d_bytes, batch.d2h_bytes);
+    if (st == ND_OK && batch.kernel_s > 0)
+        nd_metrics_kernel(b->metrics, device, batch.kernel_s);
     nd_metrics_batch(b->metrics, h->op, device, rows, njobs, wait_s, compute_s, st != ND_OK);
     if (b->cfg.verbose >= 3)
         fprintf(stderr, "normd: batch %s rows=%lld jobs=%d slot=%d %.3f ms%s\n",

@@ -35,8 +35,10 @@ typedef struct nd_batch {
     const void *alpha;
     int64_t alpha_count;
     const struct nd_param_set *pset; /* registered parameters (their device copies), or NULL */
-    /* filled by run: bytes moved to and from a device, for metrics */
+    /* filled by run, for metrics: bytes moved to and from a device, and the kernel's own time
+     * (0 when the engine does not measure it apart from the whole run) */
     uint64_t h2d_bytes, d2h_bytes;
+    double kernel_s;
 } nd_batch;
 
 /* A batch's tensors as one backend sees them (host pointers for cpu, device pointers for cuda),

@@ -68,6 +68,7 @@ typedef struct cuda_slot {
     int dev;             /* engine device index (metrics label index) */
     int ordinal;         /* CUDA device ordinal */
     cudaStream_t stream; /* non-blocking */
+    cudaEvent_t k0, k1;  /* around the kernel, for the kernel time histogram */
     /* pinned host staging and device buffers; host and device sides have the same capacity */
     void *h_in, *h_out, *d_in, *d_out;
     size_t in_cap, out_cap;
@@ -344,7 +345,17 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
     b->h2d_bytes = in_end;
 
     nd_error kerr = {{0}};
-    nd_status st = launch(s, b, &kerr);
+    nd_status st = ND_OK;
+    cudaError_t e0 = cudaEventRecord(s->k0, s->stream);
+    if (e0 != cudaSuccess)
+        st = cuda_fail(ce, s->dev, e0, "cudaEventRecord", &kerr);
+    if (st == ND_OK)
+        st = launch(s, b, &kerr);
+    if (st == ND_OK) {
+        cudaError_t e1 = cudaEventRecord(s->k1, s->stream);
+        if (e1 != cudaSuccess)
+            st = cuda_fail(ce, s->dev, e1, "cudaEventRecord", &kerr);
+    }
     if (st == ND_OK) {
         cudaError_t e2 = cudaMemcpyAsync(s->h_out, s->d_out, out_end, cudaMemcpyDeviceToHost,
                                          s->stream);
@@ -374,6 +385,9 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
             *err = kerr;
         return st;
     }
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, s->k0, s->k1) == cudaSuccess)
+        b->kernel_s = (double)ms * 1e-3;
     return ND_OK;
 }
 
@@ -451,6 +465,10 @@ static void cuda_destroy(nd_engine *e)
             continue; /* a lost device: the process is about to exit anyway */
         if (s->stream)
             cudaStreamDestroy(s->stream);
+        if (s->k0)
+            cudaEventDestroy(s->k0);
+        if (s->k1)
+            cudaEventDestroy(s->k1);
         cudaFreeHost(s->h_in);
         cudaFreeHost(s->h_out);
         cudaFree(s->d_in);
@@ -553,6 +571,14 @@ nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
         if (e != cudaSuccess) {
             s->stream = NULL;
             nd_error_set(err, ND_EDEVICE, "cuda:%d: cudaStreamCreateWithFlags: %s", s->ordinal,
+                         cudaGetErrorString(e));
+            goto fail;
+        }
+        e = cudaEventCreate(&s->k0);
+        if (e == cudaSuccess)
+            e = cudaEventCreate(&s->k1);
+        if (e != cudaSuccess) {
+            nd_error_set(err, ND_EDEVICE, "cuda:%d: cudaEventCreate: %s", s->ordinal,
                          cudaGetErrorString(e));
             goto fail;
         }

@@ -30,6 +30,8 @@ typedef struct histogram {
 static const double seconds_bounds[] = {50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3,
                                         10e-3, 25e-3,  50e-3,  100e-3, 250e-3, 0.5,  1,
                                         2.5,   5,      10};
+static const double kernel_bounds[] = {2e-6,   5e-6,   10e-6, 25e-6, 50e-6, 100e-6, 250e-6,
+                                       500e-6, 1e-3,   2.5e-3, 5e-3, 10e-3, 25e-3, 100e-3};
 static const double rows_bounds[] = {1,    2,    4,     8,     16,    32,     64,    128,
                                      256,  512,  1024,  2048,  4096,  8192,   16384, 32768,
                                      65536, 131072, 262144, 524288, 1048576};
@@ -39,7 +41,7 @@ typedef struct device_stats {
     int64_t inflight;
     uint64_t h2d_bytes, d2h_bytes;
     uint64_t batches, failed;
-    histogram compute_s, queue_wait_s;
+    histogram compute_s, queue_wait_s, kernel_s;
 } device_stats;
 
 struct nd_metrics {
@@ -85,6 +87,8 @@ nd_metrics *nd_metrics_create(void)
                   (int)(sizeof seconds_bounds / sizeof seconds_bounds[0]));
         hist_init(&m->dev[d].queue_wait_s, seconds_bounds,
                   (int)(sizeof seconds_bounds / sizeof seconds_bounds[0]));
+        hist_init(&m->dev[d].kernel_s, kernel_bounds,
+                  (int)(sizeof kernel_bounds / sizeof kernel_bounds[0]));
     }
     return m;
 }
@@ -139,6 +143,13 @@ void nd_metrics_batch(nd_metrics *m, nd_op op, int device, int64_t rows, int req
     d->batches++;
     hist_observe(&d->compute_s, compute_s);
     hist_observe(&d->queue_wait_s, queue_wait_s);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void nd_metrics_kernel(nd_metrics *m, int device, double seconds)
+{
+    pthread_mutex_lock(&m->lock);
+    hist_observe(&device_at(m, device)->kernel_s, seconds);
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -314,6 +325,15 @@ char *nd_metrics_render(nd_metrics *m, size_t *len)
         char labels[64];
         snprintf(labels, sizeof labels, "device=\"%s\"", m->dev[d].label);
         render_hist(&b, "normd_device_queue_wait_seconds", labels, &m->dev[d].queue_wait_s);
+    }
+    buf_printf(&b, "# HELP normd_device_kernel_seconds Kernel time of one batch (CUDA events).\n"
+                   "# TYPE normd_device_kernel_seconds histogram\n");
+    for (int d = 0; d < m->ndev; d++) {
+        if (!m->dev[d].kernel_s.count)
+            continue;
+        char labels[64];
+        snprintf(labels, sizeof labels, "device=\"%s\"", m->dev[d].label);
+        render_hist(&b, "normd_device_kernel_seconds", labels, &m->dev[d].kernel_s);
     }
     pthread_mutex_unlock(&m->lock);
     if (b.failed) {

@@ -25,6 +25,8 @@ void nd_metrics_request(nd_metrics *m, int op, int code, double seconds);
 /* One batch run on executor `device` (a label index; see nd_metrics_set_device_label). */
 void nd_metrics_batch(nd_metrics *m, nd_op op, int device, int64_t rows, int requests,
                       double queue_wait_s, double compute_s, int failed);
+/* The kernel time of one batch on device, where the engine measures it (CUDA events). */
+void nd_metrics_kernel(nd_metrics *m, int device, double seconds);
 void nd_metrics_transfer(nd_metrics *m, int device, uint64_t h2d_bytes, uint64_t d2h_bytes);
 void nd_metrics_inflight_add(nd_metrics *m, int device, int delta);
 void nd_metrics_queue_depth_add(nd_metrics *m, int delta);
