@@ -9,7 +9,8 @@
  * rotating among k input/output sets so the working set is well past L2; the graph is replayed
  * after a warm-up and the median replay time over N is the time per launch. Inputs are random.
  *
- *   bench_gpu [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] [--csv PATH] [--quick]
+ *   bench_gpu [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] [--cols N] [--csv PATH]
+ *             [--quick]
  *
  * Prints a table and writes CSV (default bench/results/gpu.csv).
  */
@@ -208,6 +209,7 @@ static std::vector<shape> make_shapes(bool quick)
 int main(int argc, char **argv)
 {
     std::string suite = "all", only_op, only_dtype, csv = "bench/results/gpu.csv";
+    int64_t only_cols = 0;
     bool quick = false;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
@@ -219,11 +221,13 @@ int main(int argc, char **argv)
             only_dtype = argv[++i];
         else if (a == "--csv" && i + 1 < argc)
             csv = argv[++i];
+        else if (a == "--cols" && i + 1 < argc)
+            only_cols = atoll(argv[++i]);
         else if (a == "--quick")
             quick = true;
         else {
             fprintf(stderr, "usage: %s [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] "
-                    "[--csv PATH] [--quick]\n", argv[0]);
+                    "[--cols N] [--csv PATH] [--quick]\n", argv[0]);
             return 2;
         }
     }
@@ -255,6 +259,8 @@ int main(int argc, char **argv)
         if (suite != "all" && suite != sh.suite)
             continue;
         if (!only_op.empty() && only_op != sh.op)
+            continue;
+        if (only_cols && only_cols != sh.dim)
             continue;
         for (nd_dtype dt : dts) {
             if (!only_dtype.empty() && only_dtype != nd_dtype_name(dt))

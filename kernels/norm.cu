@@ -23,8 +23,8 @@
  * ------------------------------------------------------------------------------------------- */
 
 struct nd_norm_policy {
-    static constexpr int kRegFloats = 32;    /* row elements per thread held in registers */
-    static constexpr int kRowsInFlight = 4;  /* packs per lane in flight in the warp kernel */
+    static constexpr int kRegBytes = 128;    /* bytes of the row per thread held in registers */
+    static constexpr int kRowsInFlight = 2;  /* packs per lane in flight in the warp kernel */
     static constexpr int kBlockMin = 128;
     static constexpr int kBlockMax = 512;
     static constexpr int kClusterMax = 16;
@@ -59,7 +59,7 @@ struct nd_layernorm_op {
     }
 
     template <int R, int N, class V, class Ctx>
-    static __device__ __forceinline__ void stats(V (&v)[R][N], State (&st)[R], const Ctx &ctx,
+    static __device__ __forceinline__ void stats(V (&v)[R], State (&st)[R], const Ctx &ctx,
                                                  const Params &p)
     {
         float s[R];
@@ -68,7 +68,7 @@ struct nd_layernorm_op {
             s[r] = 0.0f;
 #pragma unroll
             for (int e = 0; e < N; e++)
-                s[r] += nd_f(v[r][e]);
+                s[r] += v[r].get(e);
         }
         ctx.template allreduce<R>(s, nd_op_sum());
         float q[2 * R];
@@ -78,14 +78,14 @@ struct nd_layernorm_op {
             if (ctx.full(r)) { /* the usual case: no pads among this thread's elements */
 #pragma unroll
                 for (int e = 0; e < N; e++) {
-                    float d = nd_f(v[r][e]) - m1;
+                    float d = v[r].get(e) - m1;
                     sd += d;
                     sdd = fmaf(d, d, sdd);
                 }
             } else {
 #pragma unroll
                 for (int e = 0; e < N; e++) {
-                    float d = ctx.valid(r, e) ? nd_f(v[r][e]) - m1 : 0.0f;
+                    float d = ctx.valid(r, e) ? v[r].get(e) - m1 : 0.0f;
                     sd += d;
                     sdd = fmaf(d, d, sdd);
                 }
@@ -145,7 +145,7 @@ struct nd_rmsnorm_op {
     };
 
     template <int R, int N, class V, class Ctx>
-    static __device__ __forceinline__ void stats(V (&v)[R][N], State (&st)[R], const Ctx &ctx,
+    static __device__ __forceinline__ void stats(V (&v)[R], State (&st)[R], const Ctx &ctx,
                                                  const Params &p)
     {
         float q[R];
@@ -154,7 +154,7 @@ struct nd_rmsnorm_op {
             q[r] = 0.0f;
 #pragma unroll
             for (int e = 0; e < N; e++)
-                q[r] = fmaf(nd_f(v[r][e]), nd_f(v[r][e]), q[r]);
+                q[r] = fmaf(v[r].get(e), v[r].get(e), q[r]);
         }
         ctx.template allreduce<R>(q, nd_op_sum());
 #pragma unroll

@@ -27,8 +27,8 @@
  *   kPad                     value loaded for a column outside the row (0 for sums, -inf for max)
  *   kParams                  number of per-column parameter tensors (0..2)
  *   State                    per-row (and per-thread) result of the statistics
- *   stats<R, N>(v, st, ctx)  v[R][N] this thread's elements of R rows in the storage type T (pads
- *                            set; nd_f widens); may rewrite v;
+ *   stats<R, N>(v, st, ctx)  v[R] (nd_regrow) this thread's N elements of R rows, pads set;
+ *                            v[r].get(e) widens, v[r].set(e, f) may rewrite;
  *                            ctx.valid(r, e), ctx.allreduce<K>(a, op), ctx.n (cols as float)
  *   out(st, v, p0, p1)       y for an element from its (possibly rewritten) register value
  *   stream_stats(st, ctx)    the same statistics from ctx.for_each(f) passes over the row
@@ -38,6 +38,7 @@
 #ifndef ND_ROWS_CUH
 #define ND_ROWS_CUH
 
+#include <string.h>
 #include <type_traits>
 
 #include "cuda_common.cuh"
@@ -60,11 +61,128 @@ template <class T, int VEC> __device__ __forceinline__ int nd_grid_offset(const 
     return (int)(((uintptr_t)p / sizeof(T)) & (VEC - 1));
 }
 
-/* Element access for the register copy of a row: kept in the storage type (16-bit types take
- * half the registers of float) and widened where used. */
-__device__ __forceinline__ float nd_f(float v) { return v; }
-__device__ __forceinline__ float nd_f(__half v) { return __half2float(v); }
-__device__ __forceinline__ float nd_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+/* The register copy of a thread's share of a row: N elements of T in 32-bit words, 16 bytes per
+ * pack, so a 16-bit row takes half the registers of a float32 one (an array of 16-bit elements
+ * would get one register each). get/set widen and round one element; e is a compile-time index
+ * in every use, so each word stays in a register. */
+template <class T, int N> struct nd_regrow {
+    static constexpr int kWords = N * (int)sizeof(T) / 4;
+    static constexpr int kElemBytes = (int)sizeof(T);
+    uint32_t w[kWords];
+    __device__ __forceinline__ float get(int e) const
+    {
+        if constexpr (sizeof(T) == 4) {
+            return __uint_as_float(w[e]);
+        } else if constexpr (std::is_same<T, __half>::value) {
+            /* bit operations only: taking the address of w[] would put the row in local memory */
+            uint32_t u = w[e / 2];
+            __half2 h;
+            memcpy(&h, &u, sizeof h);
+            return (e & 1) ? __high2float(h) : __low2float(h);
+        } else {
+            uint32_t u = w[e / 2];
+            return __uint_as_float((e & 1) ? (u & 0xffff0000u) : (u << 16));
+        }
+    }
+    /* The largest element, with packed 16-bit max where the type allows (exact, and it keeps
+     * the compiler from widening the whole row to float registers at once). */
+    __device__ __forceinline__ float max_all() const
+    {
+        if constexpr (sizeof(T) == 4) {
+            float m = __uint_as_float(w[0]);
+#pragma unroll
+            for (int i = 1; i < kWords; i++)
+                m = fmaxf(m, __uint_as_float(w[i]));
+            return m;
+        } else {
+            typedef typename std::conditional<std::is_same<T, __half>::value, __half2,
+                                              __nv_bfloat162>::type P2;
+            P2 m, t;
+            memcpy(&m, &w[0], 4);
+#pragma unroll
+            for (int i = 1; i < kWords; i++) {
+                memcpy(&t, &w[i], 4);
+                m = __hmax2(m, t);
+            }
+            return fmaxf(__low2float(m), __high2float(m));
+        }
+    }
+    __device__ __forceinline__ void set(int e, float v)
+    {
+        if constexpr (sizeof(T) == 4) {
+            w[e] = __float_as_uint(v);
+        } else {
+            unsigned short b = std::is_same<T, __half>::value
+                                   ? __half_as_ushort(__float2half_rn(v))
+                                   : __bfloat16_as_ushort(__float2bfloat16_rn(v));
+            w[e / 2] = (e & 1) ? ((w[e / 2] & 0xffffu) | ((uint32_t)b << 16))
+                               : ((w[e / 2] & 0xffff0000u) | b);
+        }
+    }
+};
+
+/* Load columns [c0, c0 + VEC) of a row into 4 words (one pack); columns outside [0, cols) read
+ * as pad. */
+template <class T, int VEC, class I>
+__device__ __forceinline__ void nd_row_load_words(const T *row, I c0, I cols, float pad, uint32_t *o)
+{
+    union { uint4 w; nd_pack<T, VEC> pk; } u;
+    static_assert(sizeof(T) * VEC == 16, "packs are 16 bytes");
+    if (c0 >= 0 && c0 + VEC <= cols) {
+        u.w = __ldcs(reinterpret_cast<const uint4 *>(row + c0));
+    } else {
+        const T tp = nd_from_float<T>(pad);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            I c = c0 + j;
+            u.pk.v[j] = (c >= 0 && c < cols) ? __ldcs(row + c) : tp;
+        }
+    }
+    o[0] = u.w.x;
+    o[1] = u.w.y;
+    o[2] = u.w.z;
+    o[3] = u.w.w;
+}
+
+/* Prefetch of the next row into shared memory (cp.async, sm_80+), so its loads are in flight
+ * while the current row is reduced and written. Each thread copies and later reads only its own
+ * 16-byte slots: cp.async.wait_all is the only synchronisation needed. */
+__device__ __forceinline__ void nd_cp_async16(uint4 *smem, const void *g)
+{
+    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g) : "memory");
+}
+__device__ __forceinline__ void nd_cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void nd_cp_async_wait_all()
+{
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+/* One pack of a row into its slot: a full pack by cp.async, a partial one (the row's ends) by
+ * element loads and a shared-memory store. */
+template <class T, int VEC, class I>
+__device__ __forceinline__ void nd_row_prefetch(const T *row, I c0, I cols, float pad, uint4 *slot)
+{
+    if (c0 >= 0 && c0 + VEC <= cols) {
+        nd_cp_async16(slot, row + c0);
+    } else {
+        uint32_t w[4];
+        nd_row_load_words<T, VEC, I>(row, c0, cols, pad, w);
+        *slot = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+
+__device__ __forceinline__ void nd_slot_words(const uint4 *slot, uint32_t *o)
+{
+    uint4 q = *slot;
+    o[0] = q.x;
+    o[1] = q.y;
+    o[2] = q.z;
+    o[3] = q.w;
+}
 
 /* Load columns [c0, c0 + VEC) of a row, raw; columns outside [0, cols) read as pad. */
 template <class T, int VEC, class I>
@@ -152,10 +270,10 @@ __device__ __forceinline__ nd_row_out nd_row_out_make(const nd_rows_args<T> &a, 
 }
 
 /* Write one pack of output: parameters, Op::out, store. */
-template <class Op, class T, int VEC, bool STREAM, class I, class V>
+template <class Op, class T, int VEC, bool STREAM, class I, class G>
 __device__ __forceinline__ void nd_row_emit(const nd_rows_args<T> &a, const typename Op::Params &prm,
                                             const typename Op::State &st, T *yrow, I c0, I cols,
-                                            nd_row_out ro, const V *v)
+                                            nd_row_out ro, G v)
 {
     float g[VEC], b[VEC], o[VEC];
     if (Op::kParams >= 1)
@@ -164,9 +282,11 @@ __device__ __forceinline__ void nd_row_emit(const nd_rows_args<T> &a, const type
         nd_param_load<T, VEC, I>(a.p1, c0, cols, ro.p1_vec, 0.0f, b);
 #pragma unroll
     for (int j = 0; j < VEC; j++)
-        o[j] = STREAM ? Op::out_stream(st, prm, nd_f(v[j]), g[j], b[j])
-                      : Op::out(st, prm, nd_f(v[j]), g[j], b[j]);
+        o[j] = STREAM ? Op::out_stream(st, prm, v(j), g[j], b[j]) : Op::out(st, prm, v(j), g[j], b[j]);
     nd_row_store<T, VEC, I>(yrow, c0, cols, ro.y_vec, o);
+    /* A compiler-only barrier: the next pack's parameter loads are not hoisted above this store,
+     * so only one pack of gamma/beta is live at a time (hoisting them all spilled registers). */
+    asm volatile("" ::: "memory");
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -179,6 +299,13 @@ enum { ND_ROWS_WARP_BLOCK = 128 };
  * registers, so occupancy is what hides the latency of the next rows loads. */
 #ifndef ND_ROWS_MIN_THREADS_PER_SM
 #define ND_ROWS_MIN_THREADS_PER_SM 1024
+#endif
+/* 1: the cluster kernel prefetches its next row into shared memory with cp.async while it works
+ * on the current one (measured on an H200: +10-25 points of the ceiling for rows of 32768-262144
+ * columns, where a row costs two cluster barriers); the warp and block kernels load each row when
+ * they get to it (prefetching measured slower there: occupancy already hides the latency). */
+#ifndef ND_ROWS_PREFETCH
+#define ND_ROWS_PREFETCH 1
 #endif
 /* The warp kernel holds R rows per lane and more indexing: 768 threads (80 registers). */
 #ifndef ND_ROWS_WARP_MIN_THREADS_PER_SM
@@ -222,41 +349,97 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
     ctx.cols = (int)a.cols;
     ctx.n = (float)a.cols;
 
+    /* pf[r * PACKS + i][thread]: the next iteration's packs, loaded while this one computes */
+    constexpr bool PF = false; /* see ND_ROWS_PREFETCH */
+    __shared__ uint4 pf[PF ? R * PACKS : 1][ND_ROWS_WARP_BLOCK];
+    const int64_t step = nwarps * (GPW * R);
+    auto prefetch = [&](int64_t base) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int64_t rw = base + r * GPW + grp;
+            const T *xrow = a.x + (rw < a.rows ? rw : 0) * a.cols;
+            const int h = nd_grid_offset<T, VEC>(xrow);
+            const int cols = rw < a.rows ? ctx.cols : 0; /* a row past the end is all pads */
+#pragma unroll
+            for (int i = 0; i < PACKS; i++)
+                nd_row_prefetch<T, VEC, int>(xrow, (i * W + gl) * VEC - h, cols, Op::kPad,
+                                             &pf[r * PACKS + i][threadIdx.x]);
+        }
+        nd_cp_async_commit();
+    };
+
     /* The loop bound is the same for every lane of a warp: shuffles need all 32. */
-    for (int64_t base = warp * (GPW * R); base < a.rows; base += nwarps * (GPW * R)) {
-        T v[R][N];
+    int64_t base = warp * (GPW * R);
+    if (PF && base < a.rows)
+        prefetch(base);
+    for (; base < a.rows; base += step) {
+        nd_regrow<T, N> v[R];
         int64_t row[R];
+        nd_cp_async_wait_all();
 #pragma unroll
         for (int r = 0; r < R; r++) {
             row[r] = base + r * GPW + grp;
-            const T *xrow = a.x + (row[r] < a.rows ? row[r] : 0) * a.cols;
-            ctx.h[r] = nd_grid_offset<T, VEC>(xrow);
+            ctx.h[r] = nd_grid_offset<T, VEC>(a.x + (row[r] < a.rows ? row[r] : 0) * a.cols);
 #pragma unroll
             for (int i = 0; i < PACKS; i++) {
-                int c0 = (i * W + gl) * VEC - ctx.h[r];
-                if (row[r] < a.rows)
-                    nd_row_load_raw<T, VEC, int>(xrow, c0, ctx.cols, Op::kPad, &v[r][i * VEC]);
+                if (PF)
+                    nd_slot_words(&pf[r * PACKS + i][threadIdx.x], &v[r].w[i * 4]);
                 else
-#pragma unroll
-                    for (int j = 0; j < VEC; j++)
-                        v[r][i * VEC + j] = nd_from_float<T>(Op::kPad);
+                    nd_row_load_words<T, VEC, int>(a.x + (row[r] < a.rows ? row[r] : 0) * a.cols,
+                                                   (i * W + gl) * VEC - ctx.h[r],
+                                                   row[r] < a.rows ? ctx.cols : 0, Op::kPad,
+                                                   &v[r].w[i * 4]);
             }
         }
+        if (PF && base + step < a.rows)
+            prefetch(base + step);
         typename Op::State st[R];
         Op::template stats<R, N>(v, st, ctx, prm);
+        bool same_h = true; /* all R rows on the same 16-byte grid offset (always when aligned) */
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            same_h = same_h && ctx.h[r] == ctx.h[0];
+            if (gl == 0 && row[r] < a.rows)
+                Op::write_stats(st[r], row[r], prm);
+        }
+        if (R > 1 && Op::kParams > 0 && same_h) {
+            /* one load of each parameter pack serves the R rows */
+            const int h = ctx.h[0];
+            const bool p0v = nd_grid_offset<T, VEC>(a.p0) == h, p1v = nd_grid_offset<T, VEC>(a.p1) == h;
+#pragma unroll
+            for (int i = 0; i < PACKS; i++) {
+                const int c0 = (i * W + gl) * VEC - h;
+                float g[VEC], b[VEC];
+                if (Op::kParams >= 1)
+                    nd_param_load<T, VEC, int>(a.p0, c0, ctx.cols, p0v, 1.0f, g);
+                if (Op::kParams >= 2)
+                    nd_param_load<T, VEC, int>(a.p1, c0, ctx.cols, p1v, 0.0f, b);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    if (row[r] >= a.rows)
+                        continue;
+                    T *yrow = a.y + row[r] * a.cols;
+                    float o[VEC];
+#pragma unroll
+                    for (int j = 0; j < VEC; j++)
+                        o[j] = Op::out(st[r], prm, v[r].get(i * VEC + j), g[j], b[j]);
+                    nd_row_store<T, VEC, int>(yrow, c0, ctx.cols, nd_grid_offset<T, VEC>(yrow) == h, o);
+                }
+                asm volatile("" ::: "memory");
+            }
+            continue;
+        }
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if (row[r] >= a.rows)
                 continue;
-            if (gl == 0)
-                Op::write_stats(st[r], row[r], prm);
             T *yrow = a.y + row[r] * a.cols;
             const nd_row_out ro = nd_row_out_make<T, VEC>(a, yrow, ctx.h[r]);
 #pragma unroll
             for (int i = 0; i < PACKS; i++) {
                 int c0 = (i * W + gl) * VEC - ctx.h[r];
                 nd_row_emit<Op, T, VEC, false, int>(a, prm, st[r], yrow, c0, ctx.cols, ro,
-                                                    &v[r][i * VEC]);
+                                                    [&](int j) { return v[r].get(i * VEC + j); });
             }
         }
     }
@@ -323,15 +506,38 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
     ctx.round = &round;
     ctx.smem = &smem;
 
-    for (int64_t row = blockIdx.x / csize; row < a.rows; row += gridDim.x / csize) {
+    /* pf[i * THREADS + thread]: the next row's packs (dynamic shared memory, PACKS * THREADS
+     * slots), loaded while this row is reduced and written */
+    extern __shared__ uint4 pf[];
+    constexpr bool PF = ND_ROWS_PREFETCH && CLUSTER;
+    const int64_t step = gridDim.x / csize;
+    auto prefetch = [&](int64_t rw) {
+        const T *xrow = a.x + rw * a.cols;
+        const int h = nd_grid_offset<T, VEC>(xrow);
+#pragma unroll
+        for (int i = 0; i < PACKS; i++)
+            nd_row_prefetch<T, VEC, int>(xrow, (i * ctx.G + ctx.g) * VEC - h, ctx.cols, Op::kPad,
+                                         &pf[i * THREADS + threadIdx.x]);
+        nd_cp_async_commit();
+    };
+    int64_t row = blockIdx.x / csize;
+    if (PF && row < a.rows)
+        prefetch(row);
+    for (; row < a.rows; row += step) {
         const T *xrow = a.x + row * a.cols;
         ctx.h = nd_grid_offset<T, VEC>(xrow);
-        T v[1][N];
+        nd_regrow<T, N> v[1];
+        nd_cp_async_wait_all();
 #pragma unroll
         for (int i = 0; i < PACKS; i++) {
-            int c0 = (i * ctx.G + ctx.g) * VEC - ctx.h;
-            nd_row_load_raw<T, VEC, int>(xrow, c0, ctx.cols, Op::kPad, &v[0][i * VEC]);
+            if (PF)
+                nd_slot_words(&pf[i * THREADS + threadIdx.x], &v[0].w[i * 4]);
+            else
+                nd_row_load_words<T, VEC, int>(xrow, (i * ctx.G + ctx.g) * VEC - ctx.h, ctx.cols,
+                                               Op::kPad, &v[0].w[i * 4]);
         }
+        if (PF && row + step < a.rows)
+            prefetch(row + step);
         typename Op::State st[1];
         Op::template stats<1, N>(v, st, ctx, prm);
         if (ctx.g == 0)
@@ -342,7 +548,7 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
         for (int i = 0; i < PACKS; i++) {
             int c0 = (i * ctx.G + ctx.g) * VEC - ctx.h;
             nd_row_emit<Op, T, VEC, false, int>(a, prm, st[0], yrow, c0, ctx.cols, ro,
-                                                &v[0][i * VEC]);
+                                                [&](int j) { return v[0].get(i * VEC + j); });
         }
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -423,7 +629,8 @@ nd_rows_stream_kernel(nd_rows_args<T> a, typename Op::Params prm, int cluster)
             float v[VEC];
             int64_t c0 = p * VEC - ctx.h;
             nd_row_load<T, VEC, int64_t>(ctx.xrow, c0, a.cols, 0.0f, v);
-            nd_row_emit<Op, T, VEC, true, int64_t>(a, prm, st, yrow, c0, a.cols, ro, v);
+            nd_row_emit<Op, T, VEC, true, int64_t>(a, prm, st, yrow, c0, a.cols, ro,
+                                                   [&](int j) { return v[j]; });
         }
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -439,14 +646,17 @@ nd_rows_stream_kernel(nd_rows_args<T> a, typename Op::Params prm, int cluster)
 /* Launch `kernel` with clusters of `csize` blocks of `threads`, as many clusters as fit on the
  * device at once (capped at `rows`); csize 1 launches plain blocks. */
 template <class... KArgs, class... Args>
-static nd_status nd_rows_launch(void (*kernel)(KArgs...), int threads, int csize, int64_t rows,
-                                const nd_cuda_device_info *di, cudaStream_t s, nd_error *err,
-                                const char *name, Args... args)
+static nd_status nd_rows_launch(void (*kernel)(KArgs...), int threads, int csize, size_t smem,
+                                int64_t rows, const nd_cuda_device_info *di, cudaStream_t s,
+                                nd_error *err, const char *name, Args... args)
 {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
     cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = 0;
+    cfg.dynamicSmemBytes = smem;
+    if (smem > 0) /* static shared memory counts towards the same 48 KB default limit */
+        ND_CUDA_TRY(err, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)smem));
     cfg.stream = s;
     int64_t units; /* clusters (or blocks) resident at once */
     if (csize > 1) {
@@ -468,7 +678,7 @@ static nd_status nd_rows_launch(void (*kernel)(KArgs...), int threads, int csize
         units = nclusters;
     } else {
         int per_sm = 0;
-        ND_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+        ND_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
         if (per_sm < 1)
             return nd_error_set(err, ND_EDEVICE, "%s: cannot run %d threads per block", name,
                                 threads);
@@ -496,7 +706,8 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
 
 /*
  * The dispatch by row size, one place for every op. Pol (the op's policy) gives:
- *   kRegFloats     row elements one thread keeps in registers (as floats)
+ *   kRegBytes      bytes of the row one thread keeps in registers (in the storage type, so a
+ *                  16-bit row holds twice the elements of a float32 row per thread)
  *   kRowsInFlight  packs a lane of the warp kernel loads before its first reduction (R rows)
  *   kBlockMin, kBlockMax   block sizes of the block kernel (powers of two, >= 128)
  *   kClusterMax    largest cluster (<= 16)
@@ -507,15 +718,15 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
  *   P <= kBlockMax * PM          block kernel, the smallest block that holds the row
  *   P <= kClusterMax * kBlockMax * PM   cluster kernel, the smallest power-of-two cluster
  *   else                         stream kernel (re-reads x: once per statistics round)
- * where PM = kRegFloats / VEC packs per thread.
+ * where PM = kRegBytes / 16 packs per thread.
  */
 template <class Op, class T, class Pol>
 static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params &prm, cudaStream_t s,
                              const char *name, nd_error *err)
 {
     constexpr int VEC = nd_cuda_type<T>::pack;
-    constexpr int PM = Pol::kRegFloats / VEC;
-    static_assert(PM >= 4 && (PM & (PM - 1)) == 0, "kRegFloats / VEC must be a power of two >= 4");
+    constexpr int PM = Pol::kRegBytes / 16;
+    static_assert(PM >= 4 && (PM & (PM - 1)) == 0, "kRegBytes / 16 must be a power of two >= 4");
     const nd_cuda_device_info *di;
     nd_status st = nd_cuda_device_info_get(&di, err);
     if (st != ND_OK)
@@ -534,7 +745,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                                   [&](auto lw) {
             constexpr int W = 1 << decltype(lw)::value;
             constexpr int R = Pol::kRowsInFlight;
-            return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, 1, W, R>, ND_ROWS_WARP_BLOCK, 1,
+            return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, 1, W, R>, ND_ROWS_WARP_BLOCK, 1, 0,
                                   (a.rows + (ND_ROWS_WARP_BLOCK / W) * R - 1) /
                                       ((ND_ROWS_WARP_BLOCK / W) * R),
                                   di, s, err, name, a, prm);
@@ -545,7 +756,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             constexpr int PACKS = decltype(pk)::value;
             constexpr int R = PACKS >= Pol::kRowsInFlight ? 1 : Pol::kRowsInFlight / PACKS;
             return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, 32, R>, ND_ROWS_WARP_BLOCK,
-                                  1, (a.rows + (ND_ROWS_WARP_BLOCK / 32) * R - 1) /
+                                  1, 0, (a.rows + (ND_ROWS_WARP_BLOCK / 32) * R - 1) /
                                          ((ND_ROWS_WARP_BLOCK / 32) * R),
                                   di, s, err, name, a, prm);
         });
@@ -559,7 +770,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             constexpr int TH = decltype(th)::value;
             return nd_rows_pick<(TH == Pol::kBlockMin ? PM / 4 : PM / 2), PM>(packs, [&](auto pk) {
                 constexpr int PACKS = decltype(pk)::value;
-                return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false>, TH, 1,
+                return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false>, TH, 1, 0,
                                       a.rows, di, s, err, name, a, prm);
             });
         };
@@ -578,12 +789,13 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         return nd_rows_pick<PM / 2, PM>(packs, [&](auto pk) {
             constexpr int PACKS = decltype(pk)::value;
             return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, Pol::kBlockMax, true>,
-                                  Pol::kBlockMax, csize, a.rows, di, s, err, name, a, prm);
+                                  Pol::kBlockMax, csize, ND_ROWS_PREFETCH * (size_t)PACKS * Pol::kBlockMax * 16,
+                                  a.rows, di, s, err, name, a, prm);
         });
     }
     int csize = max_cluster;
     return nd_rows_launch(nd_rows_stream_kernel<Op, T, VEC, Pol::kStreamThreads>,
-                          Pol::kStreamThreads, csize, a.rows, di, s, err, name, a, prm,
+                          Pol::kStreamThreads, csize, 0, a.rows, di, s, err, name, a, prm,
                           csize > 1 ? 1 : 0);
 }
 

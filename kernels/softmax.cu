@@ -23,7 +23,7 @@
  * ------------------------------------------------------------------------------------------- */
 
 struct nd_softmax_policy {
-    static constexpr int kRegFloats = 32;
+    static constexpr int kRegBytes = 128;
     static constexpr int kRowsInFlight = 4;
     static constexpr int kBlockMin = 128;
     static constexpr int kBlockMax = 512;
@@ -45,31 +45,35 @@ template <bool LOG> struct nd_softmax_op {
     static constexpr float kPad = -INFINITY;
     static constexpr int kParams = 0;
     typedef nd_softmax_params Params;
-    /* register path: softmax k = exp(mt - m) / s (this thread's scale), log: m and k = log(s);
+    /* register path: softmax k = exp(mt - m) / s (this thread's scale) and, for 16-bit rows,
+     * m = mt (y = exp(x - mt) * k is recomputed: packing the exponentials back into 16-bit
+     * registers cost more than a second exp2f); log: m and k = log(s);
      * stream path: softmax m and k = 1 / s, log: m and k = log(s) */
     struct State {
         float m, k;
+        bool recompute;
     };
 
     template <int R, int N, class V, class Ctx>
-    static __device__ __forceinline__ void stats(V (&v)[R][N], State (&st)[R], const Ctx &ctx,
+    static __device__ __forceinline__ void stats(V (&v)[R], State (&st)[R], const Ctx &ctx,
                                                  const Params &)
     {
         float a[2 * R];
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            float mt = -INFINITY;
-#pragma unroll
-            for (int e = 0; e < N; e++)
-                mt = fmaxf(mt, nd_f(v[r][e]));
+            const float mt = v[r].max_all();
             float s = 0.0f;
             if (mt != -INFINITY) {
 #pragma unroll
                 for (int e = 0; e < N; e++) {
-                    float ex = exp2f((nd_f(v[r][e]) - mt) * ND_LOG2E);
+                    float ex = exp2f((v[r].get(e) - mt) * ND_LOG2E);
                     s += ex;
-                    if (!LOG)
-                        v[r][e] = nd_from_float<V>(ex);
+                    if (!LOG && V::kElemBytes == 4)
+                        v[r].set(e, ex);
+                    /* finish each 8 elements before the next: computing all 64 exponentials
+                     * of a 16-bit row up front spilled registers */
+                    if ((e & 7) == 7)
+                        asm volatile("" : "+f"(s));
                 }
             }
             a[2 * r] = mt;
@@ -83,6 +87,9 @@ template <bool LOG> struct nd_softmax_op {
 #pragma unroll
         for (int r = 0; r < R; r++) {
             st[r].m = a[2 * r];
+            st[r].recompute = !LOG && V::kElemBytes != 4;
+            if (st[r].recompute)
+                st[r].m = own[r];
             if (LOG)
                 st[r].k = logf(a[2 * r + 1]);
             else
@@ -107,12 +114,15 @@ template <bool LOG> struct nd_softmax_op {
         ctx.template allreduce<2>(a, nd_op_softmax_pair());
         st.m = a[0];
         st.k = LOG ? logf(a[1]) : 1.0f / a[1];
+        st.recompute = false;
     }
 
     static __device__ __forceinline__ float out(const State &st, const Params &, float v, float,
                                                 float)
     {
-        return LOG ? (v - st.m) - st.k : v * st.k;
+        if (LOG)
+            return (v - st.m) - st.k;
+        return st.recompute ? exp2f((v - st.m) * ND_LOG2E) * st.k : v * st.k;
     }
     static __device__ __forceinline__ float out_stream(const State &st, const Params &, float x,
                                                        float, float)
