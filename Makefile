@@ -162,6 +162,11 @@ fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%)
 # benchmark (BENCH_ARGS, e.g. --suite rows), PyTorch on the same shapes, and prints the joined
 # table; bench/gpu_check.sh is the one-call entry on the GPU machine (tests + both benches).
 BENCH_ARGS ?=
+# nvcc writes no dependency files here: name the headers the CUDA objects include.
+ifneq ($(strip $(NVCC)),)
+$(CU_OBJ): kernels/cuda_common.cuh kernels/nd_ops.h
+$(BUILD)/kernels/norm.o $(BUILD)/kernels/softmax.o: kernels/rows.cuh
+endif
 $(BUILD)/bench/%: bench/%.cu $(BUILD)/libndkernels.a
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $< $(BUILD)/libndkernels.a -o $@ -lpthread -lm
