@@ -13,7 +13,8 @@
  *   - Rows longer than a block's registers are spread over a thread-block cluster (sm_90) that
  *     all-reduces through distributed shared memory, instead of OneFlow's shared-memory cache and
  *     uncached block fallback; x is still read from device memory once. Only rows beyond a
- *     16-block cluster (262144 columns) take the re-reading stream kernel.
+ *     16-block cluster (262144 float32 / 524288 16-bit columns) take the re-reading stream
+ *     kernel.
  *   - Any row start: packs follow the 16-byte grid of memory, partial packs at the row's ends.
  */
 #include "rows.cuh"

@@ -9,12 +9,13 @@
  *   each thread takes its local max mt and replaces its elements by e = exp(x - mt), summing
  *   them to st; the (mt, st) pairs are all-reduced with the online merge
  *   (m, s) = (max, s1 * exp(m1 - m) + s2 * exp(m2 - m)); then y = e * (exp(mt - m) / s).
- *   log_softmax keeps x and writes (x - m) - log(s).
+ *   log_softmax keeps x and writes (x - m) - log(s). 16-bit rows keep x packed and compute
+ *   exp(x - mt) a second time when writing (cheaper than repacking the exponentials).
  * Departures from the seed: rows longer than a block's registers go to a thread-block cluster
- * that merges the pairs through distributed shared memory (sm_90), so x is read once up to 262144
- * columns; the stream kernel (two passes over x) only beyond that. exp is exp2f((x - m) * log2 e):
- * exp2f is accurate to 2 ulp, and the subtraction comes first so a row with a large mean loses
- * nothing to the scaling. No fast-math intrinsics.
+ * that merges the pairs through distributed shared memory (sm_90), so x is read once up to
+ * 262144 float32 / 524288 16-bit columns; the stream kernel (two passes over x) only beyond that.
+ * exp is exp2f((x - m) * log2 e): exp2f is accurate to 2 ulp, and the subtraction comes first so
+ * a row with a large mean loses nothing to the scaling. No fast-math intrinsics.
  */
 #include "rows.cuh"
 
