@@ -7,7 +7,9 @@
  *   dtype traits     nd_cuda_type<T>: float / __half / __nv_bfloat16 <-> float, the nd_dtype tag
  *                    and the number of elements in a 16-byte pack.
  *   packs            16-byte aligned pack types and load/store helpers that convert to and from
- *                    float registers (ld.global.nc / streaming variants for data read once).
+ *                    float registers (ld.global.nc / streaming variants for data read once);
+ *                    nd_regrow, a row share kept in 32-bit words (16-bit elements two to a
+ *                    register), and nd_pack2, two floats rounded into one 16-bit pair.
  *   reductions       all-reduce over a group of W lanes of a warp (W = 1..32), over a block and over
  *                    a thread-block cluster through distributed shared memory (sm_90). Each takes
  *                    K floats at once and a combine functor, so a (max, sum) softmax pair or a
@@ -26,6 +28,9 @@
 #include <cuda_bf16.h>
 #include <cooperative_groups.h>
 #include <stdint.h>
+#include <string.h>
+
+#include <type_traits>
 
 #include "nd_ops.h"
 
@@ -194,6 +199,83 @@ __device__ __forceinline__ void nd_store_pack_stream(T *p, const float (&in)[N])
     for (int i = 0; i < N; i++)
         u.pk.v[i] = nd_from_float<T>(in[i]);
     __stcs(reinterpret_cast<W *>(p), u.w);
+}
+
+/* The register copy of a thread's share of a row: N elements of T in 32-bit words, 16 bytes per
+ * pack, so a 16-bit row takes half the registers of a float32 one (an array of 16-bit elements
+ * would get one register each). get/set widen and round one element; e is a compile-time index
+ * in every use, so each word stays in a register. */
+template <class T, int N> struct nd_regrow {
+    static constexpr int kWords = N * (int)sizeof(T) / 4;
+    static constexpr int kElemBytes = (int)sizeof(T);
+    uint32_t w[kWords];
+    __device__ __forceinline__ float get(int e) const
+    {
+        if constexpr (sizeof(T) == 4) {
+            return __uint_as_float(w[e]);
+        } else if constexpr (std::is_same<T, __half>::value) {
+            /* bit operations only: taking the address of w[] would put the row in local memory */
+            uint32_t u = w[e / 2];
+            __half2 h;
+            memcpy(&h, &u, sizeof h);
+            return (e & 1) ? __high2float(h) : __low2float(h);
+        } else {
+            uint32_t u = w[e / 2];
+            return __uint_as_float((e & 1) ? (u & 0xffff0000u) : (u << 16));
+        }
+    }
+    /* The largest element, with packed 16-bit max where the type allows (exact, and it keeps
+     * the compiler from widening the whole row to float registers at once). */
+    __device__ __forceinline__ float max_all() const
+    {
+        if constexpr (sizeof(T) == 4) {
+            float m = __uint_as_float(w[0]);
+#pragma unroll
+            for (int i = 1; i < kWords; i++)
+                m = fmaxf(m, __uint_as_float(w[i]));
+            return m;
+        } else {
+            typedef typename std::conditional<std::is_same<T, __half>::value, __half2,
+                                              __nv_bfloat162>::type P2;
+            P2 m, t;
+            memcpy(&m, &w[0], 4);
+#pragma unroll
+            for (int i = 1; i < kWords; i++) {
+                memcpy(&t, &w[i], 4);
+                m = __hmax2(m, t);
+            }
+            return fmaxf(__low2float(m), __high2float(m));
+        }
+    }
+    __device__ __forceinline__ void set(int e, float v)
+    {
+        if constexpr (sizeof(T) == 4) {
+            w[e] = __float_as_uint(v);
+        } else {
+            unsigned short b = std::is_same<T, __half>::value
+                                   ? __half_as_ushort(__float2half_rn(v))
+                                   : __bfloat16_as_ushort(__float2bfloat16_rn(v));
+            w[e / 2] = (e & 1) ? ((w[e / 2] & 0xffffu) | ((uint32_t)b << 16))
+                               : ((w[e / 2] & 0xffff0000u) | b);
+        }
+    }
+};
+
+/* Two floats rounded to T and packed in one 32-bit word (low half first): one cvt.rn.f16x2 /
+ * bf16x2 instruction for the 16-bit types. */
+template <class T> __device__ __forceinline__ uint32_t nd_pack2(float lo, float hi)
+{
+    if constexpr (std::is_same<T, __half>::value) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        uint32_t u;
+        memcpy(&u, &h, 4);
+        return u;
+    } else {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        uint32_t u;
+        memcpy(&u, &h, 4);
+        return u;
+    }
 }
 
 template <class T> __device__ __forceinline__ float nd_load1(const T *p)

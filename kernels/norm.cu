@@ -9,7 +9,12 @@
  *     var = sum(d^2)/n - c^2; y = (d - c) * rstd * gamma + beta; mean = m1 + c. A row of mean 1e4
  *     and std 1, where float32 cannot hold the mean to better than 5e-4, still gives y within
  *     1e-5. The second round reduces sum(d) and sum(d^2) together, so LayerNorm costs two
- *     all-reduces per row and RMSNorm one.
+ *     all-reduces per row and RMSNorm one. In the warp kernel (rows up to 1024 float32 / 2048
+ *     16-bit columns) m1 is instead the row's first element, which lane 0 holds and one shuffle
+ *     broadcasts: one all-reduce per row (H200: +5-15 points of the copy ceiling at 32..2048
+ *     columns, 2-4 points lost at 512 float32). d = x - x[0] stays exact for a row of mean 1e4
+ *     and std 1; var = sum(d^2)/n - c^2 gives up about log10(1 + (x[0] - mean)^2 / var) digits,
+ *     at most log10(n), which only a row whose first element is an extreme outlier approaches.
  *   - Rows longer than a block's registers are spread over a thread-block cluster (sm_90) that
  *     all-reduces through distributed shared memory, instead of OneFlow's shared-memory cache and
  *     uncached block fallback; x is still read from device memory once. Only rows beyond a
@@ -18,6 +23,13 @@
  *   - Any row start: packs follow the 16-byte grid of memory, partial packs at the row's ends.
  */
 #include "rows.cuh"
+
+/* 1: LayerNorm in the warp kernel makes one all-reduce of (sum d, sum d^2) with d = x - x[0],
+ * x[0] the row's first element, broadcast by one shuffle; 0: the two rounds below (mean, then
+ * the shifted sums) on every path. */
+#ifndef ND_NORM_ONE_ROUND
+#define ND_NORM_ONE_ROUND 1
+#endif
 
 /* ---------------------------------------------------------------------------------------------
  * Policies: the tuned numbers, one place for both ops.
@@ -62,6 +74,60 @@ struct nd_layernorm_op {
     template <int R, int N, class V, class Ctx>
     static __device__ __forceinline__ void stats(V (&v)[R], State (&st)[R], const Ctx &ctx,
                                                  const Params &p)
+    {
+        if constexpr (ND_NORM_ONE_ROUND && Ctx::kCheapBroadcast)
+            stats_one_round<R, N>(v, st, ctx, p);
+        else
+            stats_two_rounds<R, N>(v, st, ctx, p);
+    }
+
+    /* One all-reduce: shift by the row's first element (lane 0 of the group holds column 0, at
+     * element h of its first pack) instead of by the mean. */
+    template <int R, int N, class V, class Ctx>
+    static __device__ __forceinline__ void stats_one_round(V (&v)[R], State (&st)[R],
+                                                           const Ctx &ctx, const Params &p)
+    {
+        constexpr int VEC = 16 / V::kElemBytes; /* elements of a pack */
+        float q[2 * R], ref[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float f = v[r].get(0);
+            if (!ctx.full(r)) {
+#pragma unroll
+                for (int e = 1; e < (N < VEC ? N : VEC); e++)
+                    if (ctx.valid(r, e) && !ctx.valid(r, e - 1))
+                        f = v[r].get(e);
+            }
+            ref[r] = ctx.broadcast0(f);
+            float sd = 0.0f, sdd = 0.0f;
+            if (ctx.full(r)) {
+#pragma unroll
+                for (int e = 0; e < N; e++) {
+                    float d = v[r].get(e) - ref[r];
+                    sd += d;
+                    sdd = fmaf(d, d, sdd);
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < N; e++) {
+                    float d = ctx.valid(r, e) ? v[r].get(e) - ref[r] : 0.0f;
+                    sd += d;
+                    sdd = fmaf(d, d, sdd);
+                }
+            }
+            q[2 * r] = sd;
+            q[2 * r + 1] = sdd;
+        }
+        ctx.template allreduce<2 * R>(q, nd_op_sum());
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            finish(st[r], ref[r], q[2 * r], q[2 * r + 1], ctx.n, p.eps);
+    }
+
+    /* Two all-reduces: the mean, then the sums of d = x - mean and d^2. */
+    template <int R, int N, class V, class Ctx>
+    static __device__ __forceinline__ void stats_two_rounds(V (&v)[R], State (&st)[R],
+                                                            const Ctx &ctx, const Params &p)
     {
         float s[R];
 #pragma unroll

@@ -35,6 +35,9 @@
  *   stats<R, N>(v, st, ctx)  v[R] (nd_regrow) this thread's N elements of R rows, pads set;
  *                            v[r].get(e) widens, v[r].set(e, f) may rewrite;
  *                            ctx.valid(r, e), ctx.allreduce<K>(a, op), ctx.n (cols as float)
+ *                            Ctx::kCheapBroadcast: true in the warp kernel, where
+ *                            ctx.broadcast0(f) gives every lane the group's lane-0 value
+ *                            (one shuffle); the block kernel would need a barrier for it
  *   out(st, v, p0, p1)       y for an element from its (possibly rewritten) register value
  *   stream_stats(st, ctx)    the same statistics from ctx.for_each(f) passes over the row
  *   out_stream(st, x, p0, p1) y from the raw x
@@ -65,66 +68,6 @@ template <class T, int VEC> __device__ __forceinline__ int nd_grid_offset(const 
 {
     return (int)(((uintptr_t)p / sizeof(T)) & (VEC - 1));
 }
-
-/* The register copy of a thread's share of a row: N elements of T in 32-bit words, 16 bytes per
- * pack, so a 16-bit row takes half the registers of a float32 one (an array of 16-bit elements
- * would get one register each). get/set widen and round one element; e is a compile-time index
- * in every use, so each word stays in a register. */
-template <class T, int N> struct nd_regrow {
-    static constexpr int kWords = N * (int)sizeof(T) / 4;
-    static constexpr int kElemBytes = (int)sizeof(T);
-    uint32_t w[kWords];
-    __device__ __forceinline__ float get(int e) const
-    {
-        if constexpr (sizeof(T) == 4) {
-            return __uint_as_float(w[e]);
-        } else if constexpr (std::is_same<T, __half>::value) {
-            /* bit operations only: taking the address of w[] would put the row in local memory */
-            uint32_t u = w[e / 2];
-            __half2 h;
-            memcpy(&h, &u, sizeof h);
-            return (e & 1) ? __high2float(h) : __low2float(h);
-        } else {
-            uint32_t u = w[e / 2];
-            return __uint_as_float((e & 1) ? (u & 0xffff0000u) : (u << 16));
-        }
-    }
-    /* The largest element, with packed 16-bit max where the type allows (exact, and it keeps
-     * the compiler from widening the whole row to float registers at once). */
-    __device__ __forceinline__ float max_all() const
-    {
-        if constexpr (sizeof(T) == 4) {
-            float m = __uint_as_float(w[0]);
-#pragma unroll
-            for (int i = 1; i < kWords; i++)
-                m = fmaxf(m, __uint_as_float(w[i]));
-            return m;
-        } else {
-            typedef typename std::conditional<std::is_same<T, __half>::value, __half2,
-                                              __nv_bfloat162>::type P2;
-            P2 m, t;
-            memcpy(&m, &w[0], 4);
-#pragma unroll
-            for (int i = 1; i < kWords; i++) {
-                memcpy(&t, &w[i], 4);
-                m = __hmax2(m, t);
-            }
-            return fmaxf(__low2float(m), __high2float(m));
-        }
-    }
-    __device__ __forceinline__ void set(int e, float v)
-    {
-        if constexpr (sizeof(T) == 4) {
-            w[e] = __float_as_uint(v);
-        } else {
-            unsigned short b = std::is_same<T, __half>::value
-                                   ? __half_as_ushort(__float2half_rn(v))
-                                   : __bfloat16_as_ushort(__float2bfloat16_rn(v));
-            w[e / 2] = (e & 1) ? ((w[e / 2] & 0xffffu) | ((uint32_t)b << 16))
-                               : ((w[e / 2] & 0xffff0000u) | b);
-        }
-    }
-};
 
 /* Load columns [c0, c0 + VEC) of a row into 4 words (one pack); columns outside [0, cols) read
  * as pad. */
@@ -318,6 +261,8 @@ enum { ND_ROWS_WARP_BLOCK = 128 };
 #endif
 
 template <int W, int R, int PACKS, int VEC> struct nd_warp_ctx {
+    /* a value of the group's first lane reaches every lane with one shuffle */
+    static constexpr bool kCheapBroadcast = true;
     int h[R];
     int gl;
     int cols;
@@ -336,6 +281,10 @@ template <int W, int R, int PACKS, int VEC> struct nd_warp_ctx {
     template <int K, class O> __device__ __forceinline__ void allreduce(float (&v)[K], O op) const
     {
         nd_warp_allreduce<W, K>(v, op);
+    }
+    __device__ __forceinline__ float broadcast0(float v) const
+    {
+        return __shfl_sync(0xffffffffu, v, 0, W);
     }
 };
 
@@ -460,6 +409,7 @@ template <int K> struct nd_rows_smem {
 };
 
 template <bool CLUSTER, int VEC, int PACKS> struct nd_block_ctx {
+    static constexpr bool kCheapBroadcast = false; /* it would cost a barrier */
     int h;
     int g, G; /* this thread's index in the row's group, and the group size */
     int cols;

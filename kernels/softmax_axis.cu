@@ -7,9 +7,11 @@
  * their partial results in shared memory, and a grid sized from the device. Where we depart:
  *
  *   - threadIdx.x runs along the contiguous inner dimension (the seed put it on dim), in packs of up
- *     to 16 bytes, so every row of a column tile is one coalesced access. When inner is small (a row
- *     of the tile is the whole inner extent) the block's rows are adjacent in memory, so a block
- *     still reads one contiguous slab however few elements a row has;
+ *     to 16 bytes (float32) or 8 bytes (16-bit: 4 elements, so a thread carries the same per-column
+ *     state and rows as in float32 and more threads fit), so every row of a column tile is one
+ *     coalesced access. When inner is small (a row of the tile is the whole inner extent) the
+ *     block's rows are adjacent in memory, so a block still reads one contiguous slab however few
+ *     elements a row has;
  *   - x is read once: each thread keeps its rows in registers (up to axis_policy::max_rows packs),
  *     takes each element's exp once against its own max, and the column's (max, sum) come from a
  *     max all-reduce and an all-reduce of the sums rescaled to that max (the merge rule of the
@@ -37,6 +39,35 @@
 
 namespace cg = cooperative_groups;
 
+/*
+ * Compile-time knobs, so a tuning run can build bench/bench_gpu once per setting; the defaults are
+ * the measured choice. On an H200 (one run, bench_gpu --suite axis), against 16-byte packs of
+ * 8 halves kept as 8 registers with 2 blocks per SM: 16-bit softmax over (512,896,4,12) ax1 went
+ * from 31% to 43% of the copy ceiling, (32,1000,56,56) ax1 34% -> 48%, (128,128,16,16) ax0
+ * 47% -> 61%, (8,32768,64) ax1 24-29% -> 36%. Rows in 32-bit words alone changed nothing; 16
+ * rows of 8-element packs (126 registers, spills) gained less (42%, 46%) and lost on the split
+ * path; 8-byte packs with 2 blocks per SM (105 registers) gained about 4 points less.
+ */
+#ifndef ND_AXIS_WORDS /* 1: 16-bit rows sit in 32-bit words, two elements each (float32 measured
+                         slower that way: 96% -> 85% at (65536,8,128), so it keeps its arrays) */
+#define ND_AXIS_WORDS 1
+#endif
+#ifndef ND_AXIS_PACK16_BYTES /* widest access for the 16-bit dtypes: 8 bytes = 4 elements, so a
+                                thread's per-column state (max, sum) is the size float32's is */
+#define ND_AXIS_PACK16_BYTES 8
+#endif
+#ifndef ND_AXIS_MAX_ROWS_P8 /* rows a thread keeps when a pack holds 8 elements (16-byte 16-bit
+                               packs only): 8 or 16 */
+#define ND_AXIS_MAX_ROWS_P8 8
+#endif
+#ifndef ND_AXIS_SPLIT_UNROLL
+#define ND_AXIS_SPLIT_UNROLL 4
+#endif
+#ifndef ND_AXIS_MINB_16BIT /* blocks per SM the 16-bit 4-element 16-row kernel must fit: 3 caps it
+                              at 80 registers (a few spill) for 1.5x the rows in flight of 2 */
+#define ND_AXIS_MINB_16BIT 3
+#endif
+
 namespace {
 
 /* Tuned numbers for this op, in one place. */
@@ -56,7 +87,7 @@ struct axis_policy {
     /* The split path (columns too long for a cluster): threads per block, rows loaded before
      * use, and about how many rows each thread walks per segment. */
     static constexpr int split_threads = 256;
-    static constexpr int split_unroll = 4;
+    static constexpr int split_unroll = ND_AXIS_SPLIT_UNROLL;
     static constexpr int split_rows = 32;
     /* Most packs of a tile row; 32 packs of 16 bytes = 512 bytes, a whole warp's access. */
     static constexpr int max_tile_packs = 32;
@@ -91,6 +122,59 @@ __device__ __forceinline__ float exp_le0(float d)
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.4426950408889634f));
     return r;
 }
+
+/*
+ * One pack of P elements of a row, as a thread keeps it. 16-bit packs stay in 32-bit words
+ * (nd_regrow: two elements per register, widened on use) and stores round pairs with one
+ * cvt.rn.f16x2 / bf16x2; float32 packs (and odd 16-bit ones) are an array of T.
+ */
+template <class T, int P, bool WORDS = ND_AXIS_WORDS && sizeof(T) == 2 && P % 2 == 0>
+struct axis_pack {
+    typedef typename nd_word<P * sizeof(T)>::type W;
+    nd_regrow<T, P> r;
+    __device__ __forceinline__ void load(const T *p)
+    {
+        W u = *reinterpret_cast<const W *>(p);
+        static_assert(sizeof u == sizeof r.w, "a pack is whole words");
+        memcpy(r.w, &u, sizeof u);
+    }
+    __device__ __forceinline__ float get(int j) const { return r.get(j); }
+    /* Between passes over the row: the words look rewritten, so the compiler widens them again
+     * rather than keeping widened copies live. A guard, not a measured gain: ptxas reported the
+     * same register counts with and without it (the tuned build has it). */
+    __device__ __forceinline__ void fence()
+    {
+#pragma unroll
+        for (int i = 0; i < nd_regrow<T, P>::kWords; i++)
+            asm volatile("" : "+r"(r.w[i]));
+    }
+    static __device__ __forceinline__ void store(T *p, const float (&o)[P])
+    {
+        constexpr int K = P * (int)sizeof(T) / 4;
+        uint32_t w[K];
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            w[i] = sizeof(T) == 4 ? __float_as_uint(o[i]) : nd_pack2<T>(o[2 * i], o[2 * i + 1]);
+        W u;
+        memcpy(&u, w, sizeof u);
+        *reinterpret_cast<W *>(p) = u;
+    }
+};
+
+template <class T, int P> struct axis_pack<T, P, false> {
+    nd_pack<T, P> v;
+    __device__ __forceinline__ void load(const T *p) { v = *reinterpret_cast<const nd_pack<T, P> *>(p); }
+    __device__ __forceinline__ float get(int j) const { return nd_to_float(v.v[j]); }
+    __device__ __forceinline__ void fence() {}
+    static __device__ __forceinline__ void store(T *p, const float (&o)[P])
+    {
+        nd_pack<T, P> out;
+#pragma unroll
+        for (int j = 0; j < P; j++)
+            out.v[j] = nd_from_float<T>(o[j]);
+        *reinterpret_cast<nd_pack<T, P> *>(p) = out;
+    }
+};
 
 struct op_max {
     __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
@@ -165,15 +249,18 @@ __device__ __forceinline__ void column_allreduce(float (&v)[P], float *red, int 
  * softmax keeps those exps for the output when they fit (KEEP), otherwise takes them again.
  *
  * Registers: 64 (two blocks of 512 or one of 1024 per SM) except where the rows kept would spill
- * badly there (16 rows, or 8 rows of 8 two-byte elements), which get 128 in blocks of 256.
+ * badly there (16 rows, or 8 rows of 8 two-byte elements), which get 128 in blocks of 256, or 80
+ * (ND_AXIS_MINB_16BIT = 3 blocks) for 16 rows of 4 two-byte elements.
  */
 template <typename T, int P, int R, int MAXT, bool LOG>
-__global__ void __launch_bounds__(MAXT, (R >= 16 || (P >= 8 && R >= 8)) ? 2 : 1024 / MAXT)
+__global__ void __launch_bounds__(MAXT, (R >= 16 || (P >= 8 && R >= 8))
+                                            ? (sizeof(T) == 2 && P <= 4 ? ND_AXIS_MINB_16BIT : 2)
+                                            : 1024 / MAXT)
 softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
 {
     constexpr bool KEEP = !LOG && R * P <= 32;
     extern __shared__ float red[];
-    using pack = nd_pack<T, P>;
+    using pack = axis_pack<T, P>;
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int TX = blockDim.x, TY = blockDim.y;
 
@@ -197,7 +284,7 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
 #pragma unroll
     for (int k = 0; k < R; k++)
         if (k < nrows)
-            v[k] = *reinterpret_cast<const pack *>(xp + k * step);
+            v[k].load(xp + k * step);
 
     float m[P], s[P], ml[P], e[KEEP ? R : 1][P];
 #pragma unroll
@@ -210,16 +297,19 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
         if (k < nrows)
 #pragma unroll
             for (int j = 0; j < P; j++)
-                m[j] = fmaxf(m[j], nd_to_float(v[k].v[j]));
+                m[j] = fmaxf(m[j], v[k].get(j));
 #pragma unroll
     for (int j = 0; j < P; j++)
         ml[j] = m[j];
 #pragma unroll
     for (int k = 0; k < R; k++)
+        v[k].fence();
+#pragma unroll
+    for (int k = 0; k < R; k++)
         if (k < nrows)
 #pragma unroll
             for (int j = 0; j < P; j++) {
-                float t = exp_le0(nd_to_float(v[k].v[j]) - ml[j]);
+                float t = exp_le0(v[k].get(j) - ml[j]);
                 if constexpr (KEEP)
                     e[k][j] = t;
                 s[j] += t;
@@ -234,6 +324,9 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
         s[j] *= scale[j];
     }
     column_allreduce<P>(s, red + half, g.cluster, op_add());
+#pragma unroll
+    for (int k = 0; k < R; k++)
+        v[k].fence();
     if (g.cluster > 1)
         cg::this_cluster().sync(); /* no block leaves while another still reads its buffers */
 #pragma unroll
@@ -242,18 +335,18 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
 #pragma unroll
     for (int k = 0; k < R; k++)
         if (k < nrows) {
-            pack out;
+            float out[P];
 #pragma unroll
             for (int j = 0; j < P; j++) {
-                float d = nd_to_float(v[k].v[j]) - m[j];
+                float d = v[k].get(j) - m[j];
                 if constexpr (LOG)
-                    out.v[j] = nd_from_float<T>(d - s[j]);
+                    out[j] = d - s[j];
                 else if constexpr (KEEP)
-                    out.v[j] = nd_from_float<T>(e[k][j] * s[j]);
+                    out[j] = e[k][j] * s[j];
                 else
-                    out.v[j] = nd_from_float<T>(exp_le0(d) * s[j]);
+                    out[j] = exp_le0(d) * s[j];
             }
-            *reinterpret_cast<pack *>(yp + k * step) = out;
+            pack::store(yp + k * step, out);
         }
 }
 
@@ -430,7 +523,7 @@ static int pow2_ceil(int64_t v)
 static int choose_pack(const nd_softmax_args *a, size_t es)
 {
     uintptr_t addr = (uintptr_t)a->x | (uintptr_t)a->y;
-    const int bytes[] = {16, 4};
+    const int bytes[] = {es == 2 ? ND_AXIS_PACK16_BYTES : 16, 4};
     for (int b : bytes) {
         int p = b / (int)es;
         if (p > 1 && a->inner % p == 0 && addr % (uintptr_t)b == 0)
@@ -463,7 +556,7 @@ static axis_plan plan_axis(const nd_softmax_args *a, size_t es, int sms)
     const int64_t cols = a->outer * packs;
     const int64_t fill = (int64_t)sms * pol::fill_threads_per_sm;
     /* 16 rows of 8 two-byte elements would not fit the registers */
-    const int max_rows = P >= 8 ? 8 : pol::max_rows;
+    const int max_rows = P >= 8 ? ND_AXIS_MAX_ROWS_P8 : pol::max_rows;
     const int pref_rows = std::min(max_rows, pol::pref_rows);
 
     int64_t s = std::min(std::max(cdiv(fill, cols), cdiv(a->dim, pref_rows)), a->dim);
@@ -581,7 +674,7 @@ static cudaError_t launch_rows(const axis_plan &pl, const void *x, void *y, int 
     case 4: return launch_cached<T, P, 4, P >= 8 ? 512 : 1024>(pl, x, y, log, stream);
     case 8: return launch_cached<T, P, 8, P >= 8 ? 256 : 512>(pl, x, y, log, stream);
     case 16:
-        if constexpr (P < 8)
+        if constexpr (P < 8 || ND_AXIS_MAX_ROWS_P8 >= 16)
             return launch_cached<T, P, 16, 256>(pl, x, y, log, stream);
         return cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;
@@ -592,7 +685,7 @@ template <typename T>
 static cudaError_t launch_typed(const axis_plan &pl, const void *x, void *y, int log,
                                 cudaStream_t stream)
 {
-    constexpr int P16 = 16 / sizeof(T), P4 = 4 / sizeof(T);
+    constexpr int P16 = (sizeof(T) == 2 ? ND_AXIS_PACK16_BYTES : 16) / sizeof(T), P4 = 4 / sizeof(T);
     if (pl.pack == P16)
         return launch_rows<T, P16>(pl, x, y, log, stream);
     if (P4 > 1 && pl.pack == P4)
