@@ -4,6 +4,7 @@
 #include "metrics.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +194,32 @@ void nd_metrics_set_device_label(nd_metrics *m, int device, const char *label)
 
 /* ---- rendering ---- */
 
+/* The per-device series, in the order they are written. */
+typedef enum series_kind { S_GAUGE, S_COUNTER, S_HIST } series_kind;
+typedef struct series {
+    const char *name, *help;
+    series_kind kind;
+    size_t offset; /* of the field in device_stats */
+} series;
+
+static const series device_series[] = {
+    {"normd_device_batches_in_flight", "Batches running on a device.", S_GAUGE,
+     offsetof(device_stats, inflight)},
+    {"normd_device_h2d_bytes_total", "Bytes copied host to device.", S_COUNTER,
+     offsetof(device_stats, h2d_bytes)},
+    {"normd_device_d2h_bytes_total", "Bytes copied device to host.", S_COUNTER,
+     offsetof(device_stats, d2h_bytes)},
+    {"normd_device_batch_errors_total", "Batches that failed on a device.", S_COUNTER,
+     offsetof(device_stats, failed)},
+    {"normd_device_compute_seconds", "Time of one batch on its executor (copies and kernel).",
+     S_HIST, offsetof(device_stats, compute_s)},
+    {"normd_device_queue_wait_seconds", "Wait of a batch's oldest request before it ran.", S_HIST,
+     offsetof(device_stats, queue_wait_s)},
+    {"normd_device_kernel_seconds",
+     "Kernel time of one batch, where the engine measures it (CUDA events).", S_HIST,
+     offsetof(device_stats, kernel_s)},
+};
+
 typedef struct buf {
     char *p;
     size_t len, cap;
@@ -292,48 +319,23 @@ char *nd_metrics_render(nd_metrics *m, size_t *len)
                    "# TYPE normd_queue_depth gauge\nnormd_queue_depth %lld\n",
                (long long)m->queue_depth);
 
-    buf_printf(&b, "# HELP normd_device_batches_in_flight Batches running on a device.\n"
-                   "# TYPE normd_device_batches_in_flight gauge\n");
-    for (int d = 0; d < m->ndev; d++)
-        buf_printf(&b, "normd_device_batches_in_flight{device=\"%s\"} %lld\n", m->dev[d].label,
-                   (long long)m->dev[d].inflight);
-    buf_printf(&b, "# HELP normd_device_h2d_bytes_total Bytes copied host to device.\n"
-                   "# TYPE normd_device_h2d_bytes_total counter\n");
-    for (int d = 0; d < m->ndev; d++)
-        buf_printf(&b, "normd_device_h2d_bytes_total{device=\"%s\"} %llu\n", m->dev[d].label,
-                   (unsigned long long)m->dev[d].h2d_bytes);
-    buf_printf(&b, "# HELP normd_device_d2h_bytes_total Bytes copied device to host.\n"
-                   "# TYPE normd_device_d2h_bytes_total counter\n");
-    for (int d = 0; d < m->ndev; d++)
-        buf_printf(&b, "normd_device_d2h_bytes_total{device=\"%s\"} %llu\n", m->dev[d].label,
-                   (unsigned long long)m->dev[d].d2h_bytes);
-    buf_printf(&b, "# HELP normd_device_batch_errors_total Batches that failed on a device.\n"
-                   "# TYPE normd_device_batch_errors_total counter\n");
-    for (int d = 0; d < m->ndev; d++)
-        buf_printf(&b, "normd_device_batch_errors_total{device=\"%s\"} %llu\n", m->dev[d].label,
-                   (unsigned long long)m->dev[d].failed);
-    buf_printf(&b, "# HELP normd_device_compute_seconds Time of one batch on its executor "
-                   "(copies and kernel).\n# TYPE normd_device_compute_seconds histogram\n");
-    for (int d = 0; d < m->ndev; d++) {
-        char labels[64];
-        snprintf(labels, sizeof labels, "device=\"%s\"", m->dev[d].label);
-        render_hist(&b, "normd_device_compute_seconds", labels, &m->dev[d].compute_s);
-    }
-    buf_printf(&b, "# HELP normd_device_queue_wait_seconds Wait of a batch's oldest request "
-                   "before it ran.\n# TYPE normd_device_queue_wait_seconds histogram\n");
-    for (int d = 0; d < m->ndev; d++) {
-        char labels[64];
-        snprintf(labels, sizeof labels, "device=\"%s\"", m->dev[d].label);
-        render_hist(&b, "normd_device_queue_wait_seconds", labels, &m->dev[d].queue_wait_s);
-    }
-    buf_printf(&b, "# HELP normd_device_kernel_seconds Kernel time of one batch (CUDA events).\n"
-                   "# TYPE normd_device_kernel_seconds histogram\n");
-    for (int d = 0; d < m->ndev; d++) {
-        if (!m->dev[d].kernel_s.count)
-            continue;
-        char labels[64];
-        snprintf(labels, sizeof labels, "device=\"%s\"", m->dev[d].label);
-        render_hist(&b, "normd_device_kernel_seconds", labels, &m->dev[d].kernel_s);
+    for (size_t k = 0; k < sizeof device_series / sizeof device_series[0]; k++) {
+        const series *sr = &device_series[k];
+        buf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", sr->name, sr->help, sr->name,
+                   sr->kind == S_HIST ? "histogram" : sr->kind == S_GAUGE ? "gauge" : "counter");
+        for (int d = 0; d < m->ndev; d++) {
+            const char *field = (const char *)&m->dev[d] + sr->offset;
+            char labels[64];
+            snprintf(labels, sizeof labels, "device=\"%s\"", m->dev[d].label);
+            if (sr->kind == S_HIST)
+                render_hist(&b, sr->name, labels, (const histogram *)field);
+            else if (sr->kind == S_GAUGE)
+                buf_printf(&b, "%s{%s} %lld\n", sr->name, labels,
+                           (long long)*(const int64_t *)field);
+            else
+                buf_printf(&b, "%s{%s} %llu\n", sr->name, labels,
+                           (unsigned long long)*(const uint64_t *)field);
+        }
     }
     pthread_mutex_unlock(&m->lock);
     if (b.failed) {
