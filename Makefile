@@ -110,8 +110,11 @@ test: deps
 	@$(MAKE) --no-print-directory unit-test
 	@$(MAKE) --no-print-directory integration-test
 
-test-gpu: deps $(BUILD)/normd $(GPU_BIN)
+# GPU tests: the kernel tests (tests/gpu_*.c), then the integration suite against --backend cuda.
+test-gpu: deps $(BUILD)/normd $(GPU_BIN) $(BUILD)/tests/it_server
 	@set -e; for t in $(GPU_BIN); do echo "== $$t"; $$t --jobs 1; done
+	@echo "== it_server --backend cuda"
+	NORMD_BIN=$(BUILD)/normd NORMD_BACKEND=cuda $(BUILD)/tests/it_server --jobs 1
 
 bench-cpu: $(BUILD)/bench/bench_cpu
 	./$(BUILD)/bench/bench_cpu

@@ -31,6 +31,13 @@ for t in $tests; do
     timeout "${TEST_TIMEOUT:-300}" "$BIN/tests/$t" --jobs 1 > "$OUT/$t.log" 2>&1
     echo "$t rc=$?"; tail -3 "$OUT/$t.log"
 done
+# The daemon end to end on the GPU: the integration suite against --backend cuda.
+if [ -z "${TESTS:-}" ] && [ -x "$BIN/tests/it_server" ] && [ -x "$BIN/normd" ]; then
+    echo "== it_server --backend cuda"
+    NORMD_BIN="$BIN/normd" NORMD_BACKEND=cuda timeout "${TEST_TIMEOUT:-300}" \
+        "$BIN/tests/it_server" --jobs 1 > "$OUT/it_server_cuda.log" 2>&1
+    echo "it_server(cuda) rc=$?"; tail -3 "$OUT/it_server_cuda.log"
+fi
 
 echo "== bench_gpu --suite $SUITE $Q"
 timeout "${BENCH_TIMEOUT:-300}" "$BIN/bench/bench_gpu" --suite "$SUITE" $Q --csv "$OUT/normd.csv" \

@@ -883,3 +883,77 @@ Test(configured, serves_a_unix_socket, .init = start_unix, .fini = stop_expect_c
     cr_assert(strstr(r.body, "0.5"), "%s", r.body);
     nd_resp_free(&r);
 }
+
+/* ---- large batches and the per-device series ---- */
+
+/* 2048 x 4096 float32 is 32 MiB each way: more than an engine slot's initial staging, so the
+ * engine grows its buffers; a small request of another dtype after it must still be right. */
+Test(server, a_batch_larger_than_the_initial_staging_then_a_small_one)
+{
+    uint64_t rng = 0x5151;
+    for (int k = 0; k < 2; k++) {
+        nd_dtype dt = k ? ND_BFLOAT16 : ND_FLOAT32;
+        int64_t rows = k ? 3 : 2048, cols = k ? 512 : 4096;
+        op_case c;
+        memset(&c, 0, sizeof c);
+        c.op = ND_OP_RMSNORM;
+        c.dt = dt;
+        c.ndim = 2;
+        c.shape[0] = rows;
+        c.shape[1] = cols;
+        c.axis = 1;
+        c.outer = rows;
+        c.mid = c.pcount = cols;
+        c.inner = 1;
+        c.n = rows * cols;
+        size_t esz = nd_dtype_size(dt);
+        c.x = xalloc((size_t)c.n * esz);
+        c.xd = xalloc((size_t)c.n * sizeof(double));
+        c.ref = xalloc((size_t)c.n * sizeof(double));
+        c.p0 = xalloc((size_t)cols * esz);
+        c.p0d = xalloc((size_t)cols * sizeof(double));
+        c.rstd = xalloc((size_t)rows * sizeof(double));
+        nd_fill_random(dt, c.x, c.n, 0.0, 1.0, &rng, c.xd);
+        nd_fill_random(dt, c.p0, cols, 1.0, 0.2, &rng, c.p0d);
+        nd_ref_rmsnorm(c.xd, rows, cols, c.p0d, 1e-6, c.ref, c.rstd);
+        char *url = case_binary_url(&c, &daemon_, 0);
+        size_t len;
+        void *body = case_binary_body(&c, &len);
+        nd_resp r;
+        cr_assert_eq(nd_http("POST", url, "application/octet-stream", body, len, &r), 0);
+        check_binary_answer(&c, &r, 0);
+        nd_resp_free(&r);
+        free(body);
+        free(url);
+        case_free(&c);
+    }
+}
+
+/* The per-device series exist for the backend under test (label "cpu" or "cuda:0"); on cuda the
+ * copies and kernel times are counted. */
+Test(server, metrics_have_the_device_series)
+{
+    const char *backend = getenv("NORMD_BACKEND") ? getenv("NORMD_BACKEND") : "cpu";
+    int cuda = !strcmp(backend, "cuda");
+    const char *label = cuda ? "device=\"cuda:0\"" : "device=\"cpu\"";
+    const int n = 4;
+    for (int i = 0; i < n; i++)
+        expect_valid_request_works(); /* softmax of 1 x 2 float32 */
+    static const char *const series[] = {
+        "normd_device_batches_in_flight", "normd_device_h2d_bytes_total",
+        "normd_device_d2h_bytes_total",   "normd_device_batch_errors_total",
+        "normd_device_compute_seconds_count", "normd_device_queue_wait_seconds_count"};
+    double v[6];
+    for (int i = 0; i < 6; i++) {
+        v[i] = metric(series[i], label);
+        cr_assert_geq(v[i], 0, "/metrics lacks %s{%s}", series[i], label);
+    }
+    cr_assert_eq(v[0], 0, "batches still in flight at rest");
+    cr_assert_eq(v[3], 0, "batch errors");
+    cr_assert_eq(v[4], n, "%g batches timed for %d requests", v[4], n);
+    if (cuda) {
+        cr_assert_geq(v[1], n * 2 * sizeof(float), "h2d bytes %g", v[1]);
+        cr_assert_geq(v[2], n * 2 * sizeof(float), "d2h bytes %g", v[2]);
+        cr_assert_eq(metric("normd_device_kernel_seconds_count", label), n);
+    }
+}
