@@ -1,7 +1,9 @@
 # normd container: the CPU backend everywhere, the CUDA backend when built on a CUDA base image.
 #   docker build -t normd .                                     (CPU)
-#   docker build -t normd:cuda --build-arg BASE=nvidia/cuda:13.0.0-devel-ubuntu24.04 .
+#   docker build -t normd:cuda --build-arg BASE=nvidia/cuda:13.0.0-devel-ubuntu24.04 \
+#                --build-arg RUNTIME_PKGS="libmicrohttpd12t64 libjansson4 curl" .
 ARG BASE=debian:bookworm
+ARG RUNTIME_PKGS="libmicrohttpd12 libjansson4 curl"
 FROM ${BASE} AS build
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         build-essential make pkg-config libmicrohttpd-dev libjansson-dev \
@@ -11,8 +13,9 @@ COPY . .
 RUN make -j"$(nproc)" build/normd
 
 FROM ${BASE}
+ARG RUNTIME_PKGS
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libmicrohttpd12 libjansson4 curl \
+        ${RUNTIME_PKGS} \
     && rm -rf /var/lib/apt/lists/* && useradd --system --no-create-home normd
 COPY --from=build /src/build/normd /usr/local/bin/normd
 USER normd
