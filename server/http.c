@@ -32,6 +32,7 @@
 #include "params.h"
 
 #define MAX_QUERY_ARGS 32
+#define BODY_RESERVE_MAX ((size_t)4 << 20)
 
 struct nd_server {
     nd_config cfg;
@@ -433,11 +434,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
                 return send_error(c, 413, "body of %llu bytes is over the limit of %zu "
                                           "(--max-body-bytes)",
                                   declared, s->cfg.max_body_bytes);
+            /* Reserve what the client declared, up to BODY_RESERVE_MAX: a declared length is a
+             * promise, not bytes, and many idle connections must not pin large buffers. */
             if (declared) {
-                c->body = malloc(declared + 1);
+                size_t want = declared + 1 < BODY_RESERVE_MAX ? declared + 1 : BODY_RESERVE_MAX;
+                c->body = malloc(want);
                 if (!c->body)
                     return send_error(c, 503, "out of memory for a %llu-byte body", declared);
-                c->cap = declared + 1;
+                c->cap = want;
             }
         }
         return MHD_YES;
