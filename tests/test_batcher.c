@@ -197,6 +197,17 @@ static void submit_ok(tjob *t)
     cr_assert_eq(nd_batcher_submit(batcher, &t->job), 0);
 }
 
+/* Holds the engine and starts one 1 x cols job on the only executor, so that what is submitted
+ * next queues behind it. Release with hold(0); the job is returned for checking. */
+static tjob *occupy_executor(int64_t cols)
+{
+    hold(1);
+    tjob *first = job_new(1, cols, 1e-5f, NULL, 0);
+    submit_ok(first);
+    wait_batches(1);
+    return first;
+}
+
 /* ---- tests ---- */
 
 Test(batcher, an_idle_batcher_runs_a_job_at_once)
@@ -215,10 +226,7 @@ Test(batcher, an_idle_batcher_runs_a_job_at_once)
 Test(batcher, jobs_waiting_for_a_busy_executor_share_one_batch)
 {
     setup(1024, 0, 64);
-    hold(1);
-    tjob *first = job_new(1, 8, 1e-5f, NULL, 0);
-    submit_ok(first);
-    wait_batches(1);
+    tjob *first = occupy_executor(8);
     tjob *t[10];
     for (int i = 0; i < 10; i++) {
         t[i] = job_new(3, 8, 1e-5f, NULL, (float)(100 * i));
@@ -236,10 +244,7 @@ Test(batcher, jobs_waiting_for_a_busy_executor_share_one_batch)
 Test(batcher, a_batch_takes_whole_jobs_up_to_max_batch_rows_and_never_splits_one)
 {
     setup(7, 0, 64);
-    hold(1);
-    tjob *first = job_new(1, 4, 1e-5f, NULL, 0);
-    submit_ok(first);
-    wait_batches(1);
+    tjob *first = occupy_executor(4);
     tjob *t[5];
     int64_t rows[5] = {3, 3, 3, 20, 1};
     for (int i = 0; i < 5; i++) {
@@ -262,10 +267,7 @@ Test(batcher, a_batch_takes_whole_jobs_up_to_max_batch_rows_and_never_splits_one
 Test(batcher, different_keys_never_share_a_launch)
 {
     setup(1024, 0, 64);
-    hold(1);
-    tjob *first = job_new(1, 4, 1e-5f, NULL, 0);
-    submit_ok(first);
-    wait_batches(1);
+    tjob *first = occupy_executor(4);
     static const float g1[4] = {1, 1, 1, 1}, g2[4] = {1, 1, 1, 2}, g1_copy[4] = {1, 1, 1, 1};
     tjob *t[6] = {
         job_new(1, 4, 1e-5f, NULL, 1), job_new(1, 4, 1e-3f, NULL, 2), /* eps differs */
@@ -311,10 +313,7 @@ Test(batcher, max_delay_holds_a_batch_for_company_unless_it_is_full)
 Test(batcher, a_full_queue_refuses_with_503)
 {
     setup(1024, 0, 2);
-    hold(1);
-    tjob *first = job_new(1, 4, 1e-5f, NULL, 0);
-    submit_ok(first);
-    wait_batches(1); /* running, no longer queued */
+    tjob *first = occupy_executor(4); /* running, no longer queued */
     tjob *a = job_new(1, 4, 1e-5f, NULL, 1), *b = job_new(1, 4, 1e-5f, NULL, 2);
     tjob *c = job_new(1, 4, 1e-5f, NULL, 3);
     submit_ok(a);
@@ -333,10 +332,7 @@ Test(batcher, a_full_queue_refuses_with_503)
 Test(batcher, a_failed_batch_fails_its_jobs_with_500_and_only_those)
 {
     setup(1024, 0, 64);
-    hold(1);
-    tjob *first = job_new(1, 4, 1e-5f, NULL, 0);
-    submit_ok(first);
-    wait_batches(1);
+    tjob *first = occupy_executor(4);
     tjob *a = job_new(1, 4, 1e-5f, NULL, 1), *b = job_new(2, 4, 1e-5f, NULL, 2);
     submit_ok(a);
     submit_ok(b);
