@@ -180,7 +180,7 @@ static size_t align16(size_t n)
     return (n + 15) & ~(size_t)15;
 }
 
-static void finish_all(nd_batcher *b, nd_job *jobs, int status, const char *msg)
+static void finish_all(nd_job *jobs, int status, const char *msg)
 {
     for (nd_job *j = jobs, *next; j; j = next) {
         next = j->next; /* done hands the job back; do not touch it afterwards */
@@ -207,9 +207,9 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
         rows += j->req.outer;
         want |= j->req.outputs;
     }
-    const int is_norm = h->op == ND_OP_LAYERNORM || h->op == ND_OP_RMSNORM;
-    const int want_mean = is_norm && h->op == ND_OP_LAYERNORM && (want & ND_OUT_MEAN);
-    const int want_rstd = is_norm && (want & ND_OUT_RSTD);
+    const int want_mean = h->op == ND_OP_LAYERNORM && (want & ND_OUT_MEAN);
+    const int want_rstd = (h->op == ND_OP_LAYERNORM || h->op == ND_OP_RMSNORM) &&
+                          (want & ND_OUT_RSTD);
 
     const size_t x_bytes = (size_t)rows * (size_t)h->mid * (size_t)h->inner * esz;
     const size_t pbytes[3] = {param_bytes(h, h->gamma, 0), param_bytes(h, h->beta, 0),
@@ -230,25 +230,22 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
     /* Result buffers first: a failure here fails the batch before any work is done. */
     int oom = 0;
     for (nd_job *j = jobs; j; j = j->next) {
+        const int jm = want_mean && (j->req.outputs & ND_OUT_MEAN);
+        const int jr = want_rstd && (j->req.outputs & ND_OUT_RSTD);
         j->y = malloc((size_t)j->req.elems * esz);
-        j->mean = want_mean && (j->req.outputs & ND_OUT_MEAN)
-                      ? malloc((size_t)j->req.outer * sizeof(float))
-                      : NULL;
-        j->rstd = want_rstd && (j->req.outputs & ND_OUT_RSTD)
-                      ? malloc((size_t)j->req.outer * sizeof(float))
-                      : NULL;
-        if (!j->y || (want_mean && (j->req.outputs & ND_OUT_MEAN) && !j->mean) ||
-            (want_rstd && (j->req.outputs & ND_OUT_RSTD) && !j->rstd))
+        j->mean = jm ? malloc((size_t)j->req.outer * sizeof(float)) : NULL;
+        j->rstd = jr ? malloc((size_t)j->req.outer * sizeof(float)) : NULL;
+        if (!j->y || (jm && !j->mean) || (jr && !j->rstd))
             oom = 1;
     }
     if (oom) {
         nd_metrics_batch(b->metrics, h->op, device, rows, njobs, wait_s, 0, 1);
-        finish_all(b, jobs, 500, "out of memory for the results");
+        finish_all(jobs, 500, "out of memory for the results");
         return;
     }
     if (b->engine->vt->staging(b->engine, slot, in_bytes, out_bytes, &in, &out, &err) != ND_OK) {
         nd_metrics_batch(b->metrics, h->op, device, rows, njobs, wait_s, 0, 1);
-        finish_all(b, jobs, 500, err.msg);
+        finish_all(jobs, 500, err.msg);
         return;
     }
 
@@ -315,7 +312,7 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
         snprintf(msg, sizeof msg, "backend %s failed: %s", b->engine->vt->name, err.msg);
         if (b->cfg.verbose >= 1)
             fprintf(stderr, "normd: %s\n", msg);
-        finish_all(b, jobs, 500, msg);
+        finish_all(jobs, 500, msg);
         return;
     }
 
@@ -332,7 +329,7 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
             memcpy(j->rstd, batch.rstd + row0, (size_t)j->req.outer * sizeof(float));
         row0 += j->req.outer;
     }
-    finish_all(b, jobs, 200, NULL);
+    finish_all(jobs, 200, NULL);
 }
 
 /* ---- threads ---- */
