@@ -27,6 +27,27 @@
  *
  * Arithmetic is in float32: exp as one ex2.approx (see exp_le0 for why that meets the tolerance
  * rule), the accurate logf. Offsets are 64-bit.
+ *
+ * Tried and rejected (H200, bench_gpu --suite axis, % of the same-run copy ceiling, softmax
+ * float32 / float16; tables in bench/results/axis_variants_h200.txt):
+ *   - A "group" path instead of clusters and the split path: each column tile cut into parts of
+ *     one short-lived 128-thread block (8 per SM at 64 registers, or 6 at 80), rows in registers,
+ *     blocks taking (tile, part) from an atomic ticket; a block publishes its (max, sum) to a
+ *     workspace, the last of each sub-group of 32 parts merges them in a fixed order, the last
+ *     sub-group raises the tile's flag, every block reads the merged stats and writes y. Correct
+ *     and deterministic, but slower everywhere: (32,1000,56,56) 61 / 49 -> 47 / 46 at best (38 /
+ *     37 at 64 registers, where the merge code spills 140 bytes a thread), (512,896,4,12)
+ *     59 / 42 -> 40 / 40, (128,128,16,16) 73 / 61 -> 34 / 22 (the memset, ticket and merge
+ *     latency on a 10 us problem), (8,32768,64) float16 36 -> 36. A block sits on its registers,
+ *     with no loads in flight, through several L2 round trips (publish, fence, atomic, merge,
+ *     flag, read back) until the tile's slowest part arrives; a cluster barrier is far shorter.
+ *     Even with one part per column and no merge, (65536,8,128) fell from 96 / 78 to 58 / 31:
+ *     its 32-pack x 4-row tiles left 2 rows (32 bytes) a thread where this plan keeps all 8 rows
+ *     in one thread: bytes in flight per thread decide these shapes more than block shape does.
+ *   - The split path in slabs of whole outer indices of 8-32 MB, so its second read of x hits
+ *     L2: (8,32768,64) float32 46 -> 5 (8 MB), 15 (16 MB), 32 (32 MB). A slab has so few columns
+ *     that the plan cuts them into hundreds of segments of a few rows a thread, and the slabs'
+ *     launch pairs run one after another.
  */
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>

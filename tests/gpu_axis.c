@@ -82,6 +82,18 @@ static void check_softmax(nd_dtype dt, int log_, int64_t outer, int64_t dim, int
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(hy, dy.p, (size_t)n * es, cudaMemcpyDeviceToHost));
 
+    /* the same call again gives the same bits: column parts merge in one fixed order, whatever
+     * order their blocks ran in (cluster ranks, split segments) */
+    void *hy2 = malloc((size_t)n * es);
+    cr_assert(hy2);
+    CUDA_OK(cudaMemset(dy.p, 0xff, (size_t)n * es));
+    st = nd_cuda_softmax(&a, log_, NULL, &err);
+    cr_assert_eq(st, ND_OK, "%s (again): %s", what, err.msg);
+    CUDA_OK(cudaMemcpy(hy2, dy.p, (size_t)n * es, cudaMemcpyDeviceToHost));
+    cr_expect(memcmp(hy, hy2, (size_t)n * es) == 0, "%s %s %s: a second run gave other bits", what,
+              log_ ? "log_softmax" : "softmax", nd_dtype_name(dt));
+    free(hy2);
+
     nd_ref_softmax(fx, outer, dim, inner, log_, ref);
     char msg[256], label[200];
     snprintf(label, sizeof label, "%s %s %s (outer=%lld dim=%lld inner=%lld off=%d) y", what,
@@ -127,6 +139,8 @@ Test(gpu_axis, softmax_fixed_shapes)
     check_softmax_all(1, 5000, 3, 0, &rng, "outer 1, dim 5000, inner 3");
     check_softmax_all(1, 200000, 2, 0, &rng, "outer 1, dim 200000, inner 2");
     check_softmax_all(3, 3000, 1000, 0, &rng, "large inner, long column");
+    /* the split path in slabs of outer indices (10 MB of float32 per outer index) */
+    check_softmax_all(3, 40000, 64, 0, &rng, "(3,40000,64) axis 1 (split path, slabs)");
     /* unaligned tensors: the pack shrinks but the result must not change */
     check_softmax_all(7, 100, 64, 1, &rng, "offset by one element");
     check_softmax_all(2, 9, 1, 1, &rng, "offset by one element, inner 1");
