@@ -168,7 +168,7 @@ BENCH_ARGS ?=
 # nvcc writes no dependency files here: name the headers the CUDA objects include.
 ifneq ($(strip $(NVCC)),)
 $(CU_OBJ): kernels/cuda_common.cuh kernels/nd_ops.h
-$(BUILD)/kernels/norm.o $(BUILD)/kernels/softmax.o: kernels/rows.cuh
+$(BUILD)/kernels/norm.o $(BUILD)/kernels/softmax.o: kernels/rows.cuh kernels/rows_split.cuh
 endif
 $(BUILD)/bench/%: bench/%.cu $(BUILD)/libndkernels.a
 	@mkdir -p $(dir $@)

@@ -4,10 +4,13 @@
  *
  * Every case draws fresh random inputs, poisons y (and mean/rstd) on the device before the call,
  * runs the public nd_cuda_* entry point on the legacy stream and compares every element. The
- * shapes walk every kernel of the dispatch (sub-warp groups, warp, block, cluster, stream):
- * widths 1, 3, 4 .. 1,000,000, rows 1 .. a few hundred, x one element past an aligned address
- * (y at the same or another offset), gamma/beta present or absent, mean/rstd requested or not,
- * and rows of mean 1e4 and std 1. One case has more than 2^31 elements, checked on its last rows.
+ * shapes walk every kernel of the dispatch (sub-warp groups, warp, block, split rows, cluster,
+ * stream): widths 1, 3, 4 .. 1,000,003, rows 1 .. a few hundred, x one element past an aligned
+ * address (y at the same or another offset), gamma/beta present or absent, mean/rstd requested or
+ * not, and rows of mean 1e4 and std 1. One case has more than 2^31 elements, checked on its last
+ * rows; one runs long rows on four streams at once and wants the same bits from each (the
+ * split-row kernel's result must not depend on timing, and concurrent launches must not
+ * deadlock).
  * Skipped when there is no CUDA device.
  */
 #include <criterion/criterion.h>
@@ -174,6 +177,10 @@ static const int64_t fixed_shapes[][2] = {
     {5, 1025},   {4, 2048},  {3, 3001},   {4, 4096},  {3, 4097},  {2, 8192},   {2, 12345},
     {2, 16384},  {1, 20000}, {2, 32768},  {1, 40000}, {1, 65536}, {1, 65539},  {1, 131072},
     {1, 262144}, {1, 262147}, {1, 1000000},
+    /* long rows, several per call, odd widths: clusters, and the split-row kernel
+     * (rows_split.cuh) with more chunk blocks than the device holds at once (5 x 1048576 float32:
+     * 320 blocks of 64 KB), so blocks wait on chunks of rows that start later */
+    {37, 65539}, {300, 40001}, {5, 1048576}, {3, 1000003},
 };
 
 static void run_op_dtype(nd_op op, nd_dtype dt, uint64_t seed)
@@ -295,6 +302,58 @@ Test(gpu_rows, beyond_int32_elements)
     cudaFree(dx);
     cudaFree(dy);
     free(hx), free(hy), free(fx), free(ref);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Long rows on several streams at once: every launch finishes (the split-row kernel's blocks wait
+ * on each other; four launches share the device), each output matches the reference, and all
+ * outputs carry the same bits (statistics combined in a fixed order, whatever the timing).
+ * ------------------------------------------------------------------------------------------- */
+
+Test(gpu_rows, long_rows_concurrent_streams)
+{
+    need_device();
+    enum { NS = 4 };
+    const nd_dtype dt = ND_FLOAT32;
+    const int64_t rows = 24, cols = 1048576, n = rows * cols;
+    uint64_t rng = 0x7001;
+    float *hx = xmalloc((size_t)n * 4), *hy = xmalloc((size_t)n * 4);
+    float *h0 = xmalloc((size_t)n * 4);
+    double *fx = xmalloc((size_t)n * sizeof(double)), *ref = xmalloc((size_t)n * sizeof(double));
+    nd_fill_random(dt, hx, n, 0.0, 3.0, &rng, fx);
+    nd_ref_softmax(fx, rows, cols, 1, 0, ref);
+    dbuf dx = dalloc(4, n, 0), dy[NS];
+    cudaStream_t st[NS];
+    CUDA_OK(cudaMemcpy(dx.p, hx, (size_t)n * 4, cudaMemcpyHostToDevice));
+    for (int i = 0; i < NS; i++) {
+        dy[i] = dalloc(4, n, 0);
+        CUDA_OK(cudaMemset(dy[i].p, 0xff, (size_t)n * 4));
+        CUDA_OK(cudaStreamCreateWithFlags(&st[i], cudaStreamNonBlocking));
+    }
+    for (int rep = 0; rep < 3; rep++) { /* each stream runs three launches back to back */
+        for (int i = 0; i < NS; i++) {
+            nd_softmax_args a = {dt, rows, cols, 1, dx.p, dy[i].p};
+            nd_error err = {{0}};
+            cr_assert_eq(nd_cuda_softmax(&a, 0, st[i], &err), ND_OK, "%s", err.msg);
+        }
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    char msg[256];
+    for (int i = 0; i < NS; i++) {
+        CUDA_OK(cudaMemcpy(i ? hy : h0, dy[i].p, (size_t)n * 4, cudaMemcpyDeviceToHost));
+        int64_t bad = nd_compare(dt, i ? hy : h0, ref, n, "softmax 24x1048576 on 4 streams", msg,
+                                 sizeof msg);
+        cr_expect_eq(bad, 0, "stream %d: %lld mismatches; first: %s", i, (long long)bad, msg);
+        if (i)
+            cr_expect(memcmp(h0, hy, (size_t)n * 4) == 0, "stream %d: other bits than stream 0",
+                      i);
+    }
+    for (int i = 0; i < NS; i++) {
+        CUDA_OK(cudaStreamDestroy(st[i]));
+        dfree(dy[i]);
+    }
+    dfree(dx);
+    free(hx), free(hy), free(h0), free(fx), free(ref);
 }
 
 /* ---------------------------------------------------------------------------------------------

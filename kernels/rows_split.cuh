@@ -1,0 +1,314 @@
+/*
+ * rows_split.cuh - the split-row path of the row engine: rows longer than one block's registers,
+ * spread over a plain (non-persistent, non-cluster) grid of chunk blocks that combine their
+ * statistics through global memory. Included by rows.cuh before nd_rows_run.
+ *
+ * Technique. A row of P packs (16 bytes) is cut into C = ceil(P / (THREADS * PACKS)) chunks of
+ * THREADS * PACKS consecutive packs (512 threads x 8 packs = 64 KB); one block holds one chunk
+ * in registers, laid out like a block of the block kernel (thread t holds packs t, t + THREADS,
+ * ...) so every access is a coalesced 16-byte one and x is read from memory exactly once. The
+ * Op's stats run unchanged against nd_split_ctx, whose allreduce<K>(v, op) is
+ *   1. the block all-reduce (nd_block_allreduce);
+ *   2. thread 0 stores the block's K floats in the workspace slot [row][round & 1][chunk],
+ *      __threadfence, atomicAdd on the row's counter;
+ *   3. thread 0 spins (ld.acquire) until the counter reaches C * (round + 1), i.e. every chunk
+ *      of the row has published this round; __syncthreads;
+ *   4. every warp reads the row's C slots and combines them in one fixed order (lane l folds
+ *      chunks l, l + 32, ... in order, then a shuffle tree in lane order), so every block of the
+ *      row, and every run, gets the same bits whatever the timing.
+ * An op that makes two all-reduces makes two rounds (the slot parity alternates: round r + 2
+ * writes a slot only after every chunk has read round r's, because it published round r + 1
+ * after reading). The row's first element (ctx.first) is one load per thread, as in the block
+ * kernel; the per-row mean/rstd are written by thread 0 of chunk 0 only.
+ *
+ * Why not the cluster or stream kernels: they are persistent grids, and persistent grids are
+ * slow on this GPU (a grid-stride copy reaches 3.9 of the 4.25 TB/s a grid of short blocks
+ * does, bench/results/copy_probe_h200.txt); a cluster of 16 also waits on cluster barriers twice
+ * per row, and the stream kernel reads x twice. Chunk blocks live for one chunk, like the copy.
+ *
+ * Workspace: one cudaMallocAsync'd block per call (counters, zeroed by cudaMemsetAsync, then the
+ * slots), freed with cudaFreeAsync on the same stream: stream-ordered, so it works under CUDA
+ * graph capture (bench_gpu times captured graphs) and needs no state between calls.
+ *
+ * Measurements (H200, bench_gpu, % of the same-run copy ceiling, cluster/stream -> split, 512
+ * threads x 8 packs; float32 / float16 / bfloat16):
+ *                  128x1048576 (64 / 32 chunks;     512x262144 (16 / 8 chunks;
+ *                  was the stream kernel)            was a cluster of 16 / 8)
+ *     layernorm    34.7 25.9 25.7 -> 65.4 56.8 57.0   58.4 60.5 59.7 -> 71.7 57.1 56.9
+ *     rmsnorm      48.9 42.1 41.6 -> 72.9 74.3 73.9   64.2 74.6 75.6 -> 78.4 75.3 75.7
+ *     softmax      42.5 32.4 31.7 -> 67.7 62.2 61.8   63.0 64.9 63.7 -> 76.1 65.1 64.8
+ *     log_softmax  42.8 33.4 32.7 -> 67.1 67.2 66.3   63.8 70.4 70.1 -> 77.8 72.7 72.3
+ * So rows of 16 chunks or more gain 8 to 40 points, rows of 8 chunks are even against a cluster
+ * of 8 (layernorm loses 3): ND_ROWS_SPLIT_MIN_CHUNKS = 9 (float32 rows of more than 131072
+ * columns, 16-bit rows of more than 262144), and the cluster kernel below that. Not measured:
+ * 2 and 4 chunks against clusters of 2 and 4 (32768 and 65536 float32 columns, 79-89%).
+ *
+ * Unfinished: still 25-35 points from the ceiling, while the block kernel, the same block shape
+ * without the cross-block step, reaches 96-98%. A block lives about 8 us at full bandwidth
+ * (264 resident, 128 KB moved each); the cross-block step adds a chain of L2 round trips to
+ * that life: the ticket, the __threadfence before the counter, the polls, the read of the
+ * slots after them (about 4 us, an estimate, not profiled). Next to try: the partials as one
+ * 64-bit word that is its own flag (the workspace memset to all ones, a pattern no partial
+ * takes), polled directly by warp 0, which drops the fence and the separate read; then 2 and 4
+ * chunks against the small clusters.
+ */
+#ifndef ND_ROWS_SPLIT_CUH
+#define ND_ROWS_SPLIT_CUH
+
+/* 0: never (rows beyond a block go to the cluster and stream kernels as before); 1: the split
+ * path where nd_rows_split_try's measured choice takes it; 2: wherever it can hold the row
+ * (for tests and benchmarks). */
+#ifndef ND_ROWS_SPLIT
+#define ND_ROWS_SPLIT 1
+#endif
+/* ND_ROWS_SPLIT 1 takes the split path for rows of at least this many chunks (fewer go to the
+ * cluster kernel; see the measurements above). */
+#ifndef ND_ROWS_SPLIT_MIN_CHUNKS
+#define ND_ROWS_SPLIT_MIN_CHUNKS 9
+#endif
+/* Chunk shape: threads per block and packs per thread (0: the op's kBlockMax and
+ * kRegBytes / 16, the block kernel's largest block). */
+#ifndef ND_ROWS_SPLIT_THREADS
+#define ND_ROWS_SPLIT_THREADS 0
+#endif
+#ifndef ND_ROWS_SPLIT_PACKS
+#define ND_ROWS_SPLIT_PACKS 0
+#endif
+/* The share of the device one launch may need resident at once: a row's chunks must fit in
+ * 1 / ND_ROWS_SPLIT_SHARE of the blocks the device holds (see the deadlock argument at the
+ * kernel; 4 = the daemon's default number of streams per device). */
+#ifndef ND_ROWS_SPLIT_SHARE
+#define ND_ROWS_SPLIT_SHARE 4
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Workspace and context
+ * ------------------------------------------------------------------------------------------- */
+
+/* floats per slot: the largest K an op all-reduces (as nd_rows_reduce_smem) */
+enum { ND_SPLIT_K = 4 };
+
+struct nd_split_ws {
+    unsigned *ticket;  /* next (row, chunk) to hand out, in the order blocks start */
+    unsigned *count;   /* [rows]: slots published so far, over all rounds */
+    float4 *slot;      /* [rows][2][chunks]: one block's K floats (round parity) */
+    int chunks;        /* C, chunks per row */
+};
+
+/* Every published slot of one round read and combined in a fixed order, by each warp on its
+ * own (no barrier after): lane l folds chunks l, l + 32, ... in order, then a shuffle tree
+ * (lane i takes lane i + off) leaves the result in lane 0, which every lane takes. */
+template <int K, class O>
+__device__ __forceinline__ void nd_split_combine(float (&v)[K], O op, const float4 *slots,
+                                                 int chunks)
+{
+    const int lane = threadIdx.x & 31;
+    float a[K] = {}; /* lanes >= chunks: never read */
+    for (int c = lane; c < chunks; c += 32) {
+        const float4 q = __ldcg(slots + c); /* L2: written by other blocks */
+        const float qa[4] = {q.x, q.y, q.z, q.w};
+        float b[K];
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            b[i] = qa[i];
+        if (c == lane) {
+#pragma unroll
+            for (int i = 0; i < K; i++)
+                a[i] = b[i];
+        } else {
+            op(a, b);
+        }
+    }
+    const int n = chunks < 32 ? chunks : 32;
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+        float b[K];
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            b[i] = __shfl_down_sync(0xffffffffu, a[i], off);
+        if (lane + off < n)
+            op(a, b);
+    }
+#pragma unroll
+    for (int i = 0; i < K; i++)
+        v[i] = __shfl_sync(0xffffffffu, a[i], 0);
+}
+
+__device__ __forceinline__ unsigned nd_ld_acquire(const unsigned *p)
+{
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* The Ctx of a chunk block (see the Op interface in rows.cuh). Thread t's pack i is pack
+ * g + i * THREADS of the row, g = chunk * THREADS * PACKS + t. */
+template <int VEC, int PACKS, int THREADS> struct nd_split_ctx {
+    static constexpr int kKind = ND_CTX_CROSS_BLOCK;
+    int h;
+    float x0; /* the row's first element, loaded by every thread */
+    int g;
+    int cols;
+    float n;
+    int row;  /* rows * chunks < 2^31 */
+    nd_split_ws ws;
+    int *round;
+    nd_rows_reduce_smem *smem;
+    __device__ __forceinline__ bool valid(int, int e) const
+    {
+        int c = ((e / VEC) * THREADS + g) * VEC + (e % VEC) - h;
+        return c >= 0 && c < cols;
+    }
+    __device__ __forceinline__ bool full(int) const
+    {
+        return (g > 0 || h == 0) && ((PACKS - 1) * THREADS + g + 1) * VEC - h <= cols;
+    }
+    __device__ __forceinline__ float first(int, float) const { return x0; }
+    template <int K, class O> __device__ __forceinline__ void allreduce(float (&v)[K], O op) const
+    {
+        static_assert(K <= ND_SPLIT_K, "a slot holds ND_SPLIT_K floats");
+        auto &sm = *reinterpret_cast<nd_cluster_reduce_smem<K> *>(smem);
+        const int r = (*round)++;
+        nd_block_allreduce<K>(v, op, sm.block, r);
+        float4 *slots = ws.slot + ((int64_t)row * 2 + (r & 1)) * ws.chunks;
+        if (threadIdx.x == 0) { /* g = chunk * THREADS * PACKS */
+            float q[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int i = 0; i < K; i++)
+                q[i] = v[i];
+            __stcg(slots + g / (THREADS * PACKS), make_float4(q[0], q[1], q[2], q[3]));
+            __threadfence();
+            atomicAdd(ws.count + row, 1u);
+            const unsigned want = (unsigned)ws.chunks * (unsigned)(r + 1);
+            while (nd_ld_acquire(ws.count + row) < want) {
+            }
+        }
+        __syncthreads();
+        nd_split_combine<K>(v, op, slots, ws.chunks);
+    }
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Kernel
+ *
+ * Grid: exactly rows * C blocks, not persistent. A block's (row, chunk) is its ticket, taken
+ * from ws.ticket when it starts: ticket t -> row t / C, chunk t % C (not blockIdx, whose order
+ * of starting is not promised).
+ *
+ * Why the wait in allreduce always ends (no cooperative launch). Tickets are handed out in the
+ * order blocks start, so when a block holds a ticket of row r, every ticket below it has gone
+ * to a block that has started. A block waits only for the other chunks of its own row. Take the
+ * lowest row r with a block still running, while the launch is stuck: every row below r is done,
+ * so every running block of this launch holds a ticket >= r * C. If some chunk of r has no block
+ * yet, no ticket of a later row has been handed out, so the launch's running blocks are all of
+ * row r: at most C - 1 of them. The launch checks that C blocks of the kernel fit on the device
+ * at once (occupancy x SMs), so a slot is free (or one is freed by a kernel of another stream,
+ * which does not wait on us) and the next block starts and takes the next ticket of row r.
+ * Once all C chunks of r have started, they all publish and all pass the wait. By induction
+ * every row completes.
+ * Several launches at once (the daemon runs one batch per stream) share the slots: each stuck
+ * launch holds at most C - 1 waiting blocks, so S launches cannot block each other while
+ * S * (C - 1) < the blocks the device holds. nd_rows_split_try asks for C <= that capacity /
+ * ND_ROWS_SPLIT_SHARE, which covers the daemon's default of 4 streams; a daemon configured with
+ * more streams all running rows of near that limit at once is not covered.
+ * ------------------------------------------------------------------------------------------- */
+
+template <class Op, class T, int VEC, int PACKS, int THREADS>
+__global__ void __launch_bounds__(THREADS, ND_ROWS_MIN_THREADS_PER_SM / THREADS)
+nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
+{
+    constexpr int N = PACKS * VEC;
+    __shared__ nd_rows_reduce_smem smem;
+    __shared__ unsigned ticket;
+    if (threadIdx.x == 0)
+        ticket = atomicAdd(ws.ticket, 1u);
+    __syncthreads();
+    int round = 0;
+    nd_split_ctx<VEC, PACKS, THREADS> ctx;
+    ctx.row = (int)(ticket / (unsigned)ws.chunks);
+    ctx.g = (int)(ticket % (unsigned)ws.chunks) * (THREADS * PACKS) + (int)threadIdx.x;
+    ctx.cols = (int)a.cols;
+    ctx.n = (float)a.cols;
+    ctx.ws = ws;
+    ctx.round = &round;
+    ctx.smem = &smem;
+    const T *xrow = a.x + (int64_t)ctx.row * a.cols;
+    ctx.h = nd_grid_offset<T, VEC>(xrow);
+    ctx.x0 = nd_to_float(__ldg(xrow)); /* dropped by the compiler when the op does not use it */
+    nd_regrow<T, N> v[1];
+#pragma unroll
+    for (int i = 0; i < PACKS; i++)
+        nd_row_load_words<T, VEC, int>(xrow, (i * THREADS + ctx.g) * VEC - ctx.h, ctx.cols,
+                                       Op::kPad, &v[0].w[i * 4]);
+    typename Op::State st[1];
+    Op::template stats<1, N>(v, st, ctx, prm);
+    if (ctx.g == 0)
+        Op::write_stats(st[0], ctx.row, prm);
+    T *yrow = a.y + (int64_t)ctx.row * a.cols;
+    const nd_row_out ro = nd_row_out_make<T, VEC>(a, yrow, ctx.h);
+#pragma unroll
+    for (int i = 0; i < PACKS; i++) {
+        int c0 = (i * THREADS + ctx.g) * VEC - ctx.h;
+        nd_row_emit<Op, T, VEC, false, int>(a, prm, st[0], yrow, c0, ctx.cols, ro,
+                                            [&](int j) { return v[0].get(i * VEC + j); });
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Launcher
+ * ------------------------------------------------------------------------------------------- */
+
+/*
+ * Run rows of P packs (P > one block's registers) on the split path when it is the measured
+ * choice and can hold them; *ran tells whether it did (false: the caller takes the cluster or
+ * stream kernel, nothing was launched). Errors as values, the workspace freed on every path
+ * after it was allocated.
+ */
+template <class Op, class T, class Pol>
+static nd_status nd_rows_split_try(const nd_rows_args<T> &a, const typename Op::Params &prm,
+                                   int64_t P, const nd_cuda_device_info *di, cudaStream_t s,
+                                   const char *name, nd_error *err, bool *ran)
+{
+    constexpr int VEC = nd_cuda_type<T>::pack;
+    constexpr int THREADS = ND_ROWS_SPLIT_THREADS ? ND_ROWS_SPLIT_THREADS : Pol::kBlockMax;
+    constexpr int PACKS = ND_ROWS_SPLIT_PACKS ? ND_ROWS_SPLIT_PACKS : Pol::kRegBytes / 16;
+    static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, one block");
+    *ran = false;
+    if (ND_ROWS_SPLIT == 0)
+        return ND_OK;
+    const int64_t chunks = (P + (int64_t)THREADS * PACKS - 1) / ((int64_t)THREADS * PACKS);
+    if (chunks < 2 || a.rows * chunks > 0x7fffffff)
+        return ND_OK;
+    if (ND_ROWS_SPLIT == 1 && chunks < ND_ROWS_SPLIT_MIN_CHUNKS)
+        return ND_OK;
+    auto kernel = nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS>;
+    int per_sm = 0;
+    ND_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, 0));
+    if (chunks * ND_ROWS_SPLIT_SHARE > (int64_t)per_sm * di->sm_count)
+        return ND_OK; /* see the deadlock argument at the kernel */
+
+    const size_t count_bytes = ((size_t)(a.rows + 1) * sizeof(unsigned) + 15) & ~(size_t)15;
+    const size_t bytes = count_bytes + (size_t)a.rows * 2 * (size_t)chunks * sizeof(float4);
+    void *ws_mem = NULL;
+    ND_CUDA_TRY(err, cudaMallocAsync(&ws_mem, bytes, s));
+    nd_split_ws ws;
+    ws.ticket = (unsigned *)ws_mem;
+    ws.count = ws.ticket + 1;
+    ws.slot = (float4 *)((char *)ws_mem + count_bytes);
+    ws.chunks = (int)chunks;
+    cudaError_t ce = cudaMemsetAsync(ws_mem, 0, count_bytes, s);
+    if (ce == cudaSuccess) {
+        kernel<<<(unsigned)(a.rows * chunks), THREADS, 0, s>>>(a, prm, ws);
+        ce = cudaGetLastError();
+    }
+    cudaError_t fe = cudaFreeAsync(ws_mem, s);
+    if (ce != cudaSuccess)
+        return nd_error_set(err, ND_EDEVICE, "%s: split rows (%lld x %lld, %lld chunks): %s", name,
+                            (long long)a.rows, (long long)a.cols, (long long)chunks,
+                            cudaGetErrorString(ce));
+    ND_CUDA_TRY(err, fe);
+    *ran = true;
+    return ND_OK;
+}
+
+#endif /* ND_ROWS_SPLIT_CUH */
