@@ -142,9 +142,9 @@ __device__ __forceinline__ unsigned nd_ld_acquire(const unsigned *p)
 }
 
 /* The Ctx of a chunk block (see the Op interface in rows.cuh). Thread t's pack i is pack
- * g + i * THREADS of the row, g = chunk * THREADS * PACKS + t. */
+ * g + i * THREADS of the row, g = chunk * THREADS * PACKS + t. No kKind: a context without one
+ * counts as cross-block (nd_ctx_kind), which this is. */
 template <int VEC, int PACKS, int THREADS> struct nd_split_ctx {
-    static constexpr int kKind = ND_CTX_CROSS_BLOCK;
     int h;
     float x0; /* the row's first element, loaded by every thread */
     int g;
