@@ -17,10 +17,13 @@
  *   rowlike        persistent 128-thread blocks, a 16 KB "row" per block: 8 packs per thread,
  *                  a __syncthreads between the loads and the stores (the shape of a row kernel)
  *   tma            one block per 32 KB chunk: cp.async.bulk global -> shared -> global
+ *   tile SEG xU    rows of 12544 bytes (a (32,1000,56,56) float32 tensor over axis 1) copied
+ *                  in tiles SEG bytes wide, U packs per thread down the rows
  *
  * Usage: copy_probe [MB]   (bytes of x; y is as large; default 512)
  */
 #include <algorithm>
+#include <type_traits>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -143,6 +146,35 @@ __global__ void __launch_bounds__(32) tma(const uint4 *__restrict__ s, uint4 *__
     }
 }
 
+/* The access of a softmax over a middle axis: x as rows of `pitch` packs; a block copies a tile
+ * SEG packs wide and 256 * U / SEG rows tall, each thread U packs of one column of the tile (rows
+ * r, r + 256 / SEG, ...). Few wide segments or many narrow ones: how wide must a row segment be
+ * for the memory system to stream it? */
+template <int SEG, int U>
+__global__ void __launch_bounds__(256) tile(const uint4 *__restrict__ s, uint4 *__restrict__ d,
+                                            long rows, long pitch)
+{
+    constexpr int TY = 256 / SEG, TR = TY * U; /* thread rows, tile rows */
+    const long tiles_x = pitch / SEG;
+    const long tx = blockIdx.x % tiles_x, ty = blockIdx.x / tiles_x;
+    const int c = threadIdx.x % SEG, r0 = threadIdx.x / SEG;
+    if (r0 >= TY)
+        return;
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        long r = ty * TR + r0 + u * TY;
+        if (r < rows)
+            v[u] = __ldcs(s + r * pitch + tx * SEG + c);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        long r = ty * TR + r0 + u * TY;
+        if (r < rows)
+            __stcs(d + r * pitch + tx * SEG + c, v[u]);
+    }
+}
+
 template <class F> static double time_ms(F launch)
 {
     cudaEvent_t e0, e1;
@@ -198,6 +230,25 @@ int main(int argc, char **argv)
     report("chunk8_wb", time_ms([&] { chunk<8, 2><<<(n + 2047) / 2048, 256>>>(x, y, n); CK(cudaGetLastError()); }));
     report("chunk4_wb", time_ms([&] { chunk<4, 2><<<(n + 1023) / 1024, 256>>>(x, y, n); CK(cudaGetLastError()); }));
     report("rowlike", time_ms([&] { rowlike<<<sms * 8, 128>>>(x, y, n / 1024); CK(cudaGetLastError()); }));
+    {
+        /* rows of 3136 floats (12544 bytes: (32,1000,56,56) over axis 1): 784 packs */
+        const long pitch = 784, rows = n / pitch;
+        auto go = [&](auto seg, auto u, const char *name) {
+            constexpr int SEG = decltype(seg)::value, U = decltype(u)::value;
+            const long tr = 256 / SEG * U;
+            const long grid = (pitch / SEG) * ((rows + tr - 1) / tr);
+            report(name, time_ms([&] { tile<SEG, U><<<(unsigned)grid, 256>>>(x, y, rows, pitch); CK(cudaGetLastError()); }));
+        };
+        using std::integral_constant;
+        go(integral_constant<int, 8>(), integral_constant<int, 8>(), "tile 128B x8");
+        go(integral_constant<int, 16>(), integral_constant<int, 8>(), "tile 256B x8");
+        go(integral_constant<int, 16>(), integral_constant<int, 16>(), "tile 256B x16");
+        go(integral_constant<int, 16>(), integral_constant<int, 1>(), "tile 256B x1");
+        go(integral_constant<int, 28>(), integral_constant<int, 8>(), "tile 448B x8");
+        go(integral_constant<int, 56>(), integral_constant<int, 8>(), "tile 896B x8");
+        go(integral_constant<int, 112>(), integral_constant<int, 8>(), "tile 1792B x8");
+        go(integral_constant<int, 196>(), integral_constant<int, 4>(), "tile 3136B x4");
+    }
     CK(cudaMemset(y, 0, bytes));
     report("tma 32KB", time_ms([&] { tma<<<(unsigned)(n / 2048), 32>>>(x, y, n); CK(cudaGetLastError()); }));
     /* check the last variant moved the bytes */

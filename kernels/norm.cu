@@ -8,13 +8,14 @@
  *     more accurate: m1 = sum(x)/n; d = x - m1 (exact for x near m1), c = sum(d)/n,
  *     var = sum(d^2)/n - c^2; y = (d - c) * rstd * gamma + beta; mean = m1 + c. A row of mean 1e4
  *     and std 1, where float32 cannot hold the mean to better than 5e-4, still gives y within
- *     1e-5. The second round reduces sum(d) and sum(d^2) together, so LayerNorm costs two
- *     all-reduces per row and RMSNorm one. In the warp kernel (rows up to 1024 float32 / 2048
- *     16-bit columns) m1 is instead the row's first element, which lane 0 holds and one shuffle
- *     broadcasts: one all-reduce per row (H200: +5-15 points of the copy ceiling at 32..2048
- *     columns, 2-4 points lost at 512 float32). d = x - x[0] stays exact for a row of mean 1e4
- *     and std 1; var = sum(d^2)/n - c^2 gives up about log10(1 + (x[0] - mean)^2 / var) digits,
- *     at most log10(n), which only a row whose first element is an extreme outlier approaches.
+ *     1e-5. The second round reduces sum(d) and sum(d^2) together, so that form costs two
+ *     all-reduces per row (the stream kernel uses it). The register kernels take m1 = the row's
+ *     first element instead (the warp kernel shuffles it from lane 0, the block and cluster
+ *     kernels load it): one all-reduce per row, like RMSNorm (H200, warp kernel: +5-15 points
+ *     of the copy ceiling at 32..2048 columns, 2-4 points lost at 512 float32). d = x - x[0]
+ *     stays exact for a row of mean 1e4 and std 1; var = sum(d^2)/n - c^2 gives up about
+ *     log10(1 + (x[0] - mean)^2 / var) digits, at most log10(n), which only a row whose first
+ *     element is an extreme outlier approaches.
  *   - Rows longer than a block's registers are spread over a thread-block cluster (sm_90) that
  *     all-reduces through distributed shared memory, instead of OneFlow's shared-memory cache and
  *     uncached block fallback; x is still read from device memory once. Only rows beyond a
@@ -24,11 +25,17 @@
  */
 #include "rows.cuh"
 
-/* 1: LayerNorm in the warp kernel makes one all-reduce of (sum d, sum d^2) with d = x - x[0],
- * x[0] the row's first element, broadcast by one shuffle; 0: the two rounds below (mean, then
+/* 1: LayerNorm in the register kernels makes one all-reduce of (sum d, sum d^2) with
+ * d = x - x[0], x[0] the row's first element (ctx.first); 0: the two rounds below (mean, then
  * the shifted sums) on every path. */
 #ifndef ND_NORM_ONE_ROUND
 #define ND_NORM_ONE_ROUND 1
+#endif
+#ifndef ND_NORM_RIF
+#define ND_NORM_RIF 2
+#endif
+#ifndef ND_NORM_ONE_ROUND_BLOCK /* 1: the plain block kernel too (x[0] loaded) */
+#define ND_NORM_ONE_ROUND_BLOCK 1
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -37,7 +44,8 @@
 
 struct nd_norm_policy {
     static constexpr int kRegBytes = 128;    /* bytes of the row per thread held in registers */
-    static constexpr int kRowsInFlight = 2;  /* packs per lane in flight in the warp kernel */
+    static constexpr int kRowsInFlight = ND_NORM_RIF; /* packs per lane in flight in the warp kernel */
+    static constexpr int kSubPacks = 4;      /* packs per lane in the sub-warp kernel */
     static constexpr int kBlockMin = 128;
     static constexpr int kBlockMax = 512;
     static constexpr int kClusterMax = 16;
@@ -59,7 +67,7 @@ struct nd_layernorm_op {
     static constexpr int kParams = 2;
     typedef nd_norm_params Params;
     struct State {
-        float m1, c, rstd;
+        float m1, c, rstd, nc; /* nc = -c * rstd */
     };
 
     static __device__ __forceinline__ void finish(State &st, float m1, float sd, float sdd, float n,
@@ -69,20 +77,28 @@ struct nd_layernorm_op {
         st.c = sd / n;
         float var = fmaxf(sdd / n - st.c * st.c, 0.0f);
         st.rstd = 1.0f / sqrtf(var + eps);
+        st.nc = -st.c * st.rstd;
     }
 
     template <int R, int N, class V, class Ctx>
     static __device__ __forceinline__ void stats(V (&v)[R], State (&st)[R], const Ctx &ctx,
                                                  const Params &p)
     {
-        if constexpr (ND_NORM_ONE_ROUND && Ctx::kCheapBroadcast)
+        /* H200, same run: one round gained 2-5 points for 16-bit rows in the block kernel and
+         * 10-15 across clusters, but lost 1.3-3 points for float32 rows of 32 elements per thread
+         * in a plain block (4096-16384 columns), which keep two rounds. */
+        constexpr int kind = nd_ctx_kind<Ctx>::value;
+        constexpr bool two = !ND_NORM_ONE_ROUND ||
+                             (kind == ND_CTX_BLOCK && (!ND_NORM_ONE_ROUND_BLOCK ||
+                                                       (V::kElemBytes == 4 && N >= 32)));
+        if constexpr (!two)
             stats_one_round<R, N>(v, st, ctx, p);
         else
             stats_two_rounds<R, N>(v, st, ctx, p);
     }
 
-    /* One all-reduce: shift by the row's first element (lane 0 of the group holds column 0, at
-     * element h of its first pack) instead of by the mean. */
+    /* One all-reduce: shift by the row's first element instead of by the mean. f is that
+     * element if this thread holds column 0 (at element h of its first pack), for ctx.first. */
     template <int R, int N, class V, class Ctx>
     static __device__ __forceinline__ void stats_one_round(V (&v)[R], State (&st)[R],
                                                            const Ctx &ctx, const Params &p)
@@ -98,7 +114,7 @@ struct nd_layernorm_op {
                     if (ctx.valid(r, e) && !ctx.valid(r, e - 1))
                         f = v[r].get(e);
             }
-            ref[r] = ctx.broadcast0(f);
+            ref[r] = ctx.first(r, f);
             float sd = 0.0f, sdd = 0.0f;
             if (ctx.full(r)) {
 #pragma unroll
@@ -187,7 +203,9 @@ struct nd_layernorm_op {
     static __device__ __forceinline__ float out(const State &st, const Params &, float x, float g,
                                                 float b)
     {
-        return fmaf(((x - st.m1) - st.c) * st.rstd, g, b);
+        /* (d - c) * rstd as fma(d, rstd, -c * rstd): d = x - m1 is exact, so only the small
+         * -c * rstd is rounded; three instructions a column instead of four */
+        return fmaf(fmaf(x - st.m1, st.rstd, st.nc), g, b);
     }
     static __device__ __forceinline__ float out_stream(const State &st, const Params &p, float x,
                                                        float g, float b)

@@ -35,9 +35,10 @@
  *   stats<R, N>(v, st, ctx)  v[R] (nd_regrow) this thread's N elements of R rows, pads set;
  *                            v[r].get(e) widens, v[r].set(e, f) may rewrite;
  *                            ctx.valid(r, e), ctx.allreduce<K>(a, op), ctx.n (cols as float)
- *                            Ctx::kCheapBroadcast: true in the warp kernel, where
- *                            ctx.broadcast0(f) gives every lane the group's lane-0 value
- *                            (one shuffle); the block kernel would need a barrier for it
+ *                            ctx.first(r, f): row r's first element x[0], where f is the
+ *                            value this thread would give if it held column 0 (the warp
+ *                            kernel shuffles it from the group's lane 0; the block kernels
+ *                            load it from memory, one uniform load per thread)
  *   out(st, v, p0, p1)       y for an element from its (possibly rewritten) register value
  *   stream_stats(st, ctx)    the same statistics from ctx.for_each(f) passes over the row
  *   out_stream(st, x, p0, p1) y from the raw x
@@ -251,7 +252,9 @@ enum { ND_ROWS_WARP_BLOCK = 128 };
 /* 1: the cluster kernel prefetches its next row into shared memory with cp.async while it works
  * on the current one (measured on an H200: +10-25 points of the ceiling for rows of 32768-262144
  * columns, where a row costs two cluster barriers); the warp and block kernels load each row when
- * they get to it (prefetching measured slower there: occupancy already hides the latency). */
+ * they get to it (prefetching measured slower there: occupancy already hides the latency; with
+ * one block per row, 2 rows per block with the second prefetched lost 2-7 points at 2048-32768
+ * columns). */
 #ifndef ND_ROWS_PREFETCH
 #define ND_ROWS_PREFETCH 1
 #endif
@@ -269,9 +272,14 @@ enum { ND_ROWS_WARP_BLOCK = 128 };
 #define ND_ROWS_WARP_MIN_THREADS_PER_SM 768
 #endif
 
+/* What an all-reduce costs in a context (Ctx::kKind; nd_ctx_kind<Ctx> reads it, and calls a
+ * context without one cross-block): shuffles only, a block barrier, or barriers across blocks. */
+enum { ND_CTX_WARP = 0, ND_CTX_BLOCK = 1, ND_CTX_CROSS_BLOCK = 2 };
+template <class Ctx, class = void> struct nd_ctx_kind : std::integral_constant<int, ND_CTX_CROSS_BLOCK> {};
+template <class Ctx>
+struct nd_ctx_kind<Ctx, std::void_t<decltype(Ctx::kKind)>> : std::integral_constant<int, Ctx::kKind> {};
+
 template <int W, int R, int PACKS, int VEC> struct nd_warp_ctx {
-    /* a value of the group's first lane reaches every lane with one shuffle */
-    static constexpr bool kCheapBroadcast = true;
     int h[R];
     int gl;
     int cols;
@@ -291,9 +299,11 @@ template <int W, int R, int PACKS, int VEC> struct nd_warp_ctx {
     {
         nd_warp_allreduce<W, K>(v, op);
     }
-    __device__ __forceinline__ float broadcast0(float v) const
+    static constexpr int kKind = ND_CTX_WARP;
+    /* lane 0 of the group holds column 0: one shuffle */
+    __device__ __forceinline__ float first(int, float f) const
     {
-        return __shfl_sync(0xffffffffu, v, 0, W);
+        return __shfl_sync(0xffffffffu, f, 0, W);
     }
 };
 
@@ -418,8 +428,9 @@ template <int K> struct nd_rows_smem {
 };
 
 template <bool CLUSTER, int VEC, int PACKS> struct nd_block_ctx {
-    static constexpr bool kCheapBroadcast = false; /* it would cost a barrier */
+    static constexpr int kKind = CLUSTER ? ND_CTX_CROSS_BLOCK : ND_CTX_BLOCK;
     int h;
+    float x0; /* the row's first element, loaded by every thread (see first()) */
     int g, G; /* this thread's index in the row's group, and the group size */
     int cols;
     float n;
@@ -434,6 +445,7 @@ template <bool CLUSTER, int VEC, int PACKS> struct nd_block_ctx {
     {
         return (g > 0 || h == 0) && ((PACKS - 1) * G + g + 1) * VEC - h <= cols;
     }
+    __device__ __forceinline__ float first(int, float) const { return x0; }
     template <int K, class O> __device__ __forceinline__ void allreduce(float (&v)[K], O op) const
     {
         auto &sm = *reinterpret_cast<nd_cluster_reduce_smem<K> *>(smem);
@@ -490,6 +502,7 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
     for (; row < a.rows; row += step) {
         const T *xrow = a.x + row * a.cols;
         ctx.h = nd_grid_offset<T, VEC>(xrow);
+        ctx.x0 = nd_to_float(__ldg(xrow)); /* dropped by the compiler when the op does not use it */
         nd_regrow<T, N> v[1];
         nd_cp_async_wait_all();
 #pragma unroll
@@ -675,18 +688,32 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
         return nd_rows_pick<LO + 1, HI>(n, f);
 }
 
+#include "rows_split.cuh"
+
 /*
  * The dispatch by row size, one place for every op. Pol (the op's policy) gives:
  *   kRegBytes      bytes of the row one thread keeps in registers (in the storage type, so a
  *                  16-bit row holds twice the elements of a float32 row per thread)
  *   kRowsInFlight  packs a lane of the warp kernel loads before its first reduction (R rows)
- *   kBlockMin, kBlockMax   block sizes of the block kernel (powers of two, >= 128)
+ *   kSubPacks      packs per lane in the sub-warp kernel for rows of 8..16 * kSubPacks packs;
+ *                  half as many below 8 * kSubPacks
+ *   kBlockMin, kBlockMax   block sizes of the block kernel (powers of two, 64 <= kBlockMin,
+ *                  kBlockMax <= 8 * kBlockMin)
  *   kClusterMax    largest cluster (<= 16)
  *   kStreamThreads block size of the stream kernel
  * Choice by P, the most 16-byte packs any row spans:
- *   P <= 16                      warp kernel, W = P rounded up to a power of two lanes per row
+ *   P <= 16 * kSubPacks          warp kernel, W = P / SP rounded up to a power of two lanes per
+ *                                row, SP = kSubPacks packs per lane (kSubPacks / 2 below
+ *                                8 * kSubPacks packs). H200: 2 packs per lane instead of 1 for
+ *                                rows of 4-31 packs, +5 to +20 points of the copy ceiling; 4
+ *                                instead of 2 for 32-64 packs (16-bit 256 and 512 columns) -1
+ *                                to +12, but -15 to -33 where it left a lane alone on a row
  *   P <= 32 * PM                 warp kernel, a full warp per row, ceil(P / 32) packs per lane
  *   P <= kBlockMax * PM          block kernel, the smallest block that holds the row
+ *   P > 8 * kBlockMax * PM       split kernel (rows_split.cuh): chunk blocks of kBlockMax
+ *                                threads combining through global memory, while a quarter of
+ *                                the device holds a row's chunks at once (up to about 1M
+ *                                float32 / 2M 16-bit columns); else:
  *   P <= kClusterMax * kBlockMax * PM   cluster kernel, the smallest power-of-two cluster
  *   else                         stream kernel (re-reads x: once per statistics round)
  * where PM = kRegBytes / 16 packs per thread.
@@ -711,21 +738,32 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
     const int64_t cap_block = (int64_t)Pol::kBlockMax * PM;
     const int max_cluster = di->cluster_launch ? Pol::kClusterMax : 1;
 
-    if (P <= 16) {
-        return nd_rows_pick<0, 4>(P <= 1 ? 0 : 64 - __builtin_clzll((unsigned long long)(P - 1)),
+    constexpr int RIF = Pol::kRowsInFlight;
+    /* sub-warp groups of W lanes, SP packs per lane (W = P / SP rounded up to a power of two) */
+    auto sub_warp = [&](auto sp) {
+        constexpr int SP = decltype(sp)::value;
+        const int64_t lanes = (P + SP - 1) / SP;
+        return nd_rows_pick<0, 4>(lanes <= 1 ? 0 : 64 - __builtin_clzll((unsigned long long)(lanes - 1)),
                                   [&](auto lw) {
             constexpr int W = 1 << decltype(lw)::value;
-            constexpr int R = Pol::kRowsInFlight;
-            return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, 1, W, R>, ND_ROWS_WARP_BLOCK, 1, 0,
-                                  (a.rows + (ND_ROWS_WARP_BLOCK / W) * R - 1) /
-                                      ((ND_ROWS_WARP_BLOCK / W) * R),
-                                  di, s, err, name, a, prm);
+            return nd_rows_pick<(W == 1 ? 1 : SP), SP>((int)P, [&](auto pk) {
+                constexpr int PACKS = decltype(pk)::value;
+                constexpr int R = PACKS >= RIF ? 1 : RIF / PACKS;
+                return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R>, ND_ROWS_WARP_BLOCK,
+                                      1, 0, (a.rows + (ND_ROWS_WARP_BLOCK / W) * R - 1) /
+                                                ((ND_ROWS_WARP_BLOCK / W) * R),
+                                      di, s, err, name, a, prm);
+            });
         });
-    }
+    };
+    if (P < 8 * Pol::kSubPacks)
+        return sub_warp(std::integral_constant<int, Pol::kSubPacks / 2>());
+    if (P <= 16 * Pol::kSubPacks)
+        return sub_warp(std::integral_constant<int, Pol::kSubPacks>());
     if (P <= 32 * PM) {
         return nd_rows_pick<1, PM>((int)((P + 31) / 32), [&](auto pk) {
             constexpr int PACKS = decltype(pk)::value;
-            constexpr int R = PACKS >= Pol::kRowsInFlight ? 1 : Pol::kRowsInFlight / PACKS;
+            constexpr int R = PACKS >= RIF ? 1 : RIF / PACKS;
             return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, 32, R>, ND_ROWS_WARP_BLOCK,
                                   1, 0, (a.rows + (ND_ROWS_WARP_BLOCK / 32) * R - 1) /
                                          ((ND_ROWS_WARP_BLOCK / 32) * R),
@@ -733,25 +771,32 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         });
     }
     if (P <= cap_block) {
-        int threads = Pol::kBlockMin;
+        constexpr int BMIN = Pol::kBlockMin;
+        int threads = BMIN;
         while ((int64_t)threads * PM < P)
             threads *= 2;
         int packs = (int)((P + threads - 1) / threads);
         auto go = [&](auto th) {
             constexpr int TH = decltype(th)::value;
-            return nd_rows_pick<(TH == Pol::kBlockMin ? PM / 4 : PM / 2), PM>(packs, [&](auto pk) {
+            return nd_rows_pick<(TH == BMIN ? PM / 4 : PM / 2), PM>(packs, [&](auto pk) {
                 constexpr int PACKS = decltype(pk)::value;
                 return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false>, TH, 1, 0,
                                       a.rows, di, s, err, name, a, prm);
             });
         };
-        static_assert(Pol::kBlockMax <= 4 * Pol::kBlockMin, "block sizes: kBlockMin .. 4x");
-        if (threads == Pol::kBlockMin)
-            return go(std::integral_constant<int, Pol::kBlockMin>());
-        if (threads == 2 * Pol::kBlockMin)
-            return go(std::integral_constant<int, 2 * Pol::kBlockMin>());
+        static_assert(Pol::kBlockMax <= 8 * BMIN, "block sizes: kBlockMin .. 8x");
+        if (threads == BMIN)
+            return go(std::integral_constant<int, BMIN>());
+        if (threads == 2 * BMIN)
+            return go(std::integral_constant<int, 2 * BMIN>());
+        if (threads == 4 * BMIN && 4 * BMIN < Pol::kBlockMax)
+            return go(std::integral_constant<int, (4 * BMIN < Pol::kBlockMax ? 4 * BMIN : Pol::kBlockMax)>());
         return go(std::integral_constant<int, Pol::kBlockMax>());
     }
+    bool split = false;
+    st = nd_rows_split_try<Op, T, Pol>(a, prm, P, di, s, name, err, &split);
+    if (st != ND_OK || split)
+        return st;
     if (P <= max_cluster * cap_block) {
         int csize = 2;
         while (csize * cap_block < P)
