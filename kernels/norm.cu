@@ -31,9 +31,6 @@
 #ifndef ND_NORM_ONE_ROUND
 #define ND_NORM_ONE_ROUND 1
 #endif
-#ifndef ND_NORM_RIF
-#define ND_NORM_RIF 2
-#endif
 #ifndef ND_NORM_ONE_ROUND_BLOCK /* 1: the plain block kernel too (x[0] loaded) */
 #define ND_NORM_ONE_ROUND_BLOCK 1
 #endif
@@ -44,7 +41,10 @@
 
 struct nd_norm_policy {
     static constexpr int kRegBytes = 128;    /* bytes of the row per thread held in registers */
-    static constexpr int kRowsInFlight = ND_NORM_RIF; /* packs per lane in flight in the warp kernel */
+    static constexpr int kRowsInFlight = 2;  /* packs per lane in flight in the warp kernel */
+    /* 4 for groups of 4 lanes (float32 32 / 16-bit 64 columns): H200 +12 to +15 points of the
+     * copy ceiling there; 4 everywhere lost 9-13 at 2 lanes (16-bit 32) and 1-3 at 8 */
+    static constexpr int kRowsInFlight4 = 4;
     static constexpr int kSubPacks = 4;      /* packs per lane in the sub-warp kernel */
     static constexpr int kBlockMin = 128;
     static constexpr int kBlockMax = 512;

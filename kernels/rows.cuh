@@ -695,6 +695,7 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
  *   kRegBytes      bytes of the row one thread keeps in registers (in the storage type, so a
  *                  16-bit row holds twice the elements of a float32 row per thread)
  *   kRowsInFlight  packs a lane of the warp kernel loads before its first reduction (R rows)
+ *   kRowsInFlight4 the same for groups of 4 lanes (rows of 5-8 packs)
  *   kSubPacks      packs per lane in the sub-warp kernel for rows of 8..16 * kSubPacks packs;
  *                  half as many below 8 * kSubPacks
  *   kBlockMin, kBlockMax   block sizes of the block kernel (powers of two, 64 <= kBlockMin,
@@ -748,7 +749,8 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             constexpr int W = 1 << decltype(lw)::value;
             return nd_rows_pick<(W == 1 ? 1 : SP), SP>((int)P, [&](auto pk) {
                 constexpr int PACKS = decltype(pk)::value;
-                constexpr int R = PACKS >= RIF ? 1 : RIF / PACKS;
+                constexpr int RW = W == 4 ? Pol::kRowsInFlight4 : RIF;
+                constexpr int R = PACKS >= RW ? 1 : RW / PACKS;
                 return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R>, ND_ROWS_WARP_BLOCK,
                                       1, 0, (a.rows + (ND_ROWS_WARP_BLOCK / W) * R - 1) /
                                                 ((ND_ROWS_WARP_BLOCK / W) * R),

@@ -26,6 +26,7 @@
 struct nd_softmax_policy {
     static constexpr int kRegBytes = 128;
     static constexpr int kRowsInFlight = 4;
+    static constexpr int kRowsInFlight4 = 4;
     static constexpr int kSubPacks = 4;      /* packs per lane in the sub-warp kernel */
     /* 64: rows of 257-512 packs (16-bit 4096 columns) in blocks of 64 threads x 8 packs rather
      * than 128 x 4: H200 softmax f16/bf16 4096 +6 points (91 -> 97%), log_softmax -1.3, float32
