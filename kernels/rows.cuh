@@ -711,7 +711,7 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
  *                                to +12, but -15 to -33 where it left a lane alone on a row
  *   P <= 32 * PM                 warp kernel, a full warp per row, ceil(P / 32) packs per lane
  *   P <= kBlockMax * PM          block kernel, the smallest block that holds the row
- *   P > 8 * kBlockMax * PM       split kernel (rows_split.cuh): chunk blocks of kBlockMax
+ *   P > kBlockMax * PM           split kernel (rows_split.cuh): chunk blocks of kBlockMax
  *                                threads combining through global memory, while a quarter of
  *                                the device holds a row's chunks at once (up to about 1M
  *                                float32 / 2M 16-bit columns); else:

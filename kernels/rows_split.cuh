@@ -9,48 +9,42 @@
  * ...) so every access is a coalesced 16-byte one and x is read from memory exactly once. The
  * Op's stats run unchanged against nd_split_ctx, whose allreduce<K>(v, op) is
  *   1. the block all-reduce (nd_block_allreduce);
- *   2. thread 0 stores the block's K floats in the workspace slot [row][round & 1][chunk],
- *      __threadfence, atomicAdd on the row's counter;
- *   3. thread 0 spins (ld.acquire) until the counter reaches C * (round + 1), i.e. every chunk
- *      of the row has published this round; __syncthreads;
- *   4. every warp reads the row's C slots and combines them in one fixed order (lane l folds
- *      chunks l, l + 32, ... in order, then a shuffle tree in lane order), so every block of the
- *      row, and every run, gets the same bits whatever the timing.
- * An op that makes two all-reduces makes two rounds (the slot parity alternates: round r + 2
- * writes a slot only after every chunk has read round r's, because it published round r + 1
- * after reading). The row's first element (ctx.first) is one load per thread, as in the block
- * kernel; the per-row mean/rstd are written by thread 0 of chunk 0 only.
+ *   2. thread 0 stores the block's K <= 2 floats as one 64-bit word in the workspace slot
+ *      [row][round][chunk]; the workspace starts as all ones, a pattern no partial takes, so
+ *      the word is its own flag (no fence, no counter);
+ *   3. warp 0 waits for and reads the row's C slots of this round and combines them in one fixed
+ *      order (lane l folds chunks l, l + 32, ... in order, spinning on each until it is written,
+ *      then a shuffle tree in lane order), so every block of the row, and every run, gets the
+ *      same bits whatever the timing; the result reaches the block through shared memory.
+ * Each all-reduce of an op has its own slots (at most ND_SPLIT_ROUNDS, 2). The row's first
+ * element (ctx.first) is one load per thread, as in the block kernel; the per-row mean/rstd are
+ * written by thread 0 of chunk 0 only.
  *
  * Why not the cluster or stream kernels: they are persistent grids, and persistent grids are
  * slow on this GPU (a grid-stride copy reaches 3.9 of the 4.25 TB/s a grid of short blocks
  * does, bench/results/copy_probe_h200.txt); a cluster of 16 also waits on cluster barriers twice
  * per row, and the stream kernel reads x twice. Chunk blocks live for one chunk, like the copy.
  *
- * Workspace: one cudaMallocAsync'd block per call (counters, zeroed by cudaMemsetAsync, then the
- * slots), freed with cudaFreeAsync on the same stream: stream-ordered, so it works under CUDA
- * graph capture (bench_gpu times captured graphs) and needs no state between calls.
+ * Workspace: one cudaMallocAsync'd block per call (the ticket, then the slots, all set to ones by
+ * cudaMemsetAsync), freed with cudaFreeAsync on the same stream: stream-ordered, so it works
+ * under CUDA graph capture (bench_gpu times captured graphs) and needs no state between calls.
  *
- * Measurements (H200, bench_gpu, % of the same-run copy ceiling, cluster/stream -> split, 512
- * threads x 8 packs; float32 / float16 / bfloat16):
+ * Measurements (H200, bench_gpu, % of the same-run copy ceiling). First form, a counter per row
+ * and a fence (cluster/stream -> split; float32 / float16 / bfloat16):
  *                  128x1048576 (64 / 32 chunks;     512x262144 (16 / 8 chunks;
  *                  was the stream kernel)            was a cluster of 16 / 8)
  *     layernorm    34.7 25.9 25.7 -> 65.4 56.8 57.0   58.4 60.5 59.7 -> 71.7 57.1 56.9
  *     rmsnorm      48.9 42.1 41.6 -> 72.9 74.3 73.9   64.2 74.6 75.6 -> 78.4 75.3 75.7
  *     softmax      42.5 32.4 31.7 -> 67.7 62.2 61.8   63.0 64.9 63.7 -> 76.1 65.1 64.8
  *     log_softmax  42.8 33.4 32.7 -> 67.1 67.2 66.3   63.8 70.4 70.1 -> 77.8 72.7 72.3
- * So rows of 16 chunks or more gain 8 to 40 points, rows of 8 chunks are even against a cluster
- * of 8 (layernorm loses 3): ND_ROWS_SPLIT_MIN_CHUNKS = 9 (float32 rows of more than 131072
- * columns, 16-bit rows of more than 262144), and the cluster kernel below that. Not measured:
- * 2 and 4 chunks against clusters of 2 and 4 (32768 and 65536 float32 columns, 79-89%).
- *
- * Unfinished: still 25-35 points from the ceiling, while the block kernel, the same block shape
- * without the cross-block step, reaches 96-98%. A block lives about 8 us at full bandwidth
- * (264 resident, 128 KB moved each); the cross-block step adds a chain of L2 round trips to
- * that life: the ticket, the __threadfence before the counter, the polls, the read of the
- * slots after them (about 4 us, an estimate, not profiled). Next to try: the partials as one
- * 64-bit word that is its own flag (the workspace memset to all ones, a pattern no partial
- * takes), polled directly by warp 0, which drops the fence and the separate read; then 2 and 4
- * chunks against the small clusters.
+ * That form took rows of 9 chunks or more. The flag-word form (this one), taking every row
+ * beyond a block, against that dispatch in one later run: 512x262144 16-bit (8 chunks, was a
+ * cluster) +3 to +7 points (rmsnorm 74.5 -> 81.6, softmax 64.6 -> 71.0), 2048x65536 (4 / 2
+ * chunks, was a cluster of 4 / 2) rmsnorm/softmax/log_softmax float32 +4 to +6, 16-bit 0 to
+ * +4, layernorm float32 +0.3; 49152x32768 float32 (2 chunks) +1.5 to +2 except layernorm -3.4;
+ * 128x1048576 unchanged. Still 15-40 points from the ceiling where the block kernel, the same
+ * block shape without the cross-block step, reaches 96-98%: a block waits, its registers held
+ * and no loads in flight, for the slowest chunk of its row.
  */
 #ifndef ND_ROWS_SPLIT_CUH
 #define ND_ROWS_SPLIT_CUH
@@ -64,7 +58,7 @@
 /* ND_ROWS_SPLIT 1 takes the split path for rows of at least this many chunks (fewer go to the
  * cluster kernel; see the measurements above). */
 #ifndef ND_ROWS_SPLIT_MIN_CHUNKS
-#define ND_ROWS_SPLIT_MIN_CHUNKS 9
+#define ND_ROWS_SPLIT_MIN_CHUNKS 2
 #endif
 /* Chunk shape: threads per block and packs per thread (0: the op's kBlockMax and
  * kRegBytes / 16, the block kernel's largest block). */
@@ -85,32 +79,51 @@
  * Workspace and context
  * ------------------------------------------------------------------------------------------- */
 
-/* floats per slot: the largest K an op all-reduces (as nd_rows_reduce_smem) */
-enum { ND_SPLIT_K = 4 };
+/* A slot holds one block's K <= 2 floats of one round as one 64-bit word, written and read
+ * whole (st/ld.relaxed.gpu.b64 are single-copy atomic), so the value is its own flag: the
+ * workspace starts as all ones, a pattern no partial takes (it would need two NaNs with the
+ * payload 0x7fffff and the sign set, and float arithmetic on the GPU only makes the canonical
+ * NaN 0x7fffffff; the second float is always a sum). No fence, no counter: a reader that sees
+ * the word sees the data. An op's all-reduces get a slot each: at most ND_SPLIT_ROUNDS. */
+enum { ND_SPLIT_K = 2, ND_SPLIT_ROUNDS = 2 };
+static constexpr unsigned long long ND_SPLIT_EMPTY = ~0ull;
 
 struct nd_split_ws {
-    unsigned *ticket;  /* next (row, chunk) to hand out, in the order blocks start */
-    unsigned *count;   /* [rows]: slots published so far, over all rounds */
-    float4 *slot;      /* [rows][2][chunks]: one block's K floats (round parity) */
-    int chunks;        /* C, chunks per row */
+    unsigned *ticket;         /* next (row, chunk) to hand out, in the order blocks start; all
+                                 ones at first, so ticket t is the (t+1)-th increment's old value */
+    unsigned long long *slot; /* [rows][ND_SPLIT_ROUNDS][chunks] */
+    int chunks;               /* C, chunks per row */
 };
 
-/* Every published slot of one round read and combined in a fixed order, by each warp on its
- * own (no barrier after): lane l folds chunks l, l + 32, ... in order, then a shuffle tree
- * (lane i takes lane i + off) leaves the result in lane 0, which every lane takes. */
+__device__ __forceinline__ void nd_split_store(unsigned long long *p, unsigned long long v)
+{
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long nd_split_load(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* Wait for and combine every chunk's slot of one round, in a fixed order, in one warp: lane l
+ * folds chunks l, l + 32, ... in order (spinning on each until it is written), then a shuffle
+ * tree (lane i takes lane i + off) leaves the result in lane 0, which every lane takes. */
 template <int K, class O>
-__device__ __forceinline__ void nd_split_combine(float (&v)[K], O op, const float4 *slots,
-                                                 int chunks)
+__device__ __forceinline__ void nd_split_gather(float (&v)[K], O op, const unsigned long long *slots,
+                                                int chunks)
 {
     const int lane = threadIdx.x & 31;
     float a[K] = {}; /* lanes >= chunks: never read */
     for (int c = lane; c < chunks; c += 32) {
-        const float4 q = __ldcg(slots + c); /* L2: written by other blocks */
-        const float qa[4] = {q.x, q.y, q.z, q.w};
+        unsigned long long w;
+        while ((w = nd_split_load(slots + c)) == ND_SPLIT_EMPTY) {
+        }
         float b[K];
-#pragma unroll
-        for (int i = 0; i < K; i++)
-            b[i] = qa[i];
+        b[0] = __uint_as_float((unsigned)w);
+        if (K > 1)
+            b[K - 1] = __uint_as_float((unsigned)(w >> 32));
         if (c == lane) {
 #pragma unroll
             for (int i = 0; i < K; i++)
@@ -134,17 +147,15 @@ __device__ __forceinline__ void nd_split_combine(float (&v)[K], O op, const floa
         v[i] = __shfl_sync(0xffffffffu, a[i], 0);
 }
 
-__device__ __forceinline__ unsigned nd_ld_acquire(const unsigned *p)
-{
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
+struct nd_split_smem {
+    nd_rows_reduce_smem reduce;
+    float bcast[2][ND_SPLIT_K]; /* the row's result, by round parity (see nd_block_reduce_smem) */
+};
 
 /* The Ctx of a chunk block (see the Op interface in rows.cuh). Thread t's pack i is pack
- * g + i * THREADS of the row, g = chunk * THREADS * PACKS + t. No kKind: a context without one
- * counts as cross-block (nd_ctx_kind), which this is. */
+ * g + i * THREADS of the row, g = chunk * THREADS * PACKS + t. */
 template <int VEC, int PACKS, int THREADS> struct nd_split_ctx {
+    static constexpr int kKind = ND_CTX_CROSS_BLOCK;
     int h;
     float x0; /* the row's first element, loaded by every thread */
     int g;
@@ -153,7 +164,7 @@ template <int VEC, int PACKS, int THREADS> struct nd_split_ctx {
     int row;  /* rows * chunks < 2^31 */
     nd_split_ws ws;
     int *round;
-    nd_rows_reduce_smem *smem;
+    nd_split_smem *smem;
     __device__ __forceinline__ bool valid(int, int e) const
     {
         int c = ((e / VEC) * THREADS + g) * VEC + (e % VEC) - h;
@@ -164,27 +175,33 @@ template <int VEC, int PACKS, int THREADS> struct nd_split_ctx {
         return (g > 0 || h == 0) && ((PACKS - 1) * THREADS + g + 1) * VEC - h <= cols;
     }
     __device__ __forceinline__ float first(int, float) const { return x0; }
+    /* block all-reduce; thread 0 publishes the block's slot; warp 0 waits for the row's slots
+     * and combines them; the result reaches the block through shared memory */
     template <int K, class O> __device__ __forceinline__ void allreduce(float (&v)[K], O op) const
     {
         static_assert(K <= ND_SPLIT_K, "a slot holds ND_SPLIT_K floats");
-        auto &sm = *reinterpret_cast<nd_cluster_reduce_smem<K> *>(smem);
+        auto &sm = *reinterpret_cast<nd_cluster_reduce_smem<K> *>(&smem->reduce);
         const int r = (*round)++;
+        if (r >= ND_SPLIT_ROUNDS) /* an op with more all-reduces than the workspace has slots */
+            __trap();
         nd_block_allreduce<K>(v, op, sm.block, r);
-        float4 *slots = ws.slot + ((int64_t)row * 2 + (r & 1)) * ws.chunks;
-        if (threadIdx.x == 0) { /* g = chunk * THREADS * PACKS */
-            float q[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const unsigned long long *slots = ws.slot + ((int64_t)row * ND_SPLIT_ROUNDS + r) * ws.chunks;
+        if (threadIdx.x == 0) /* g = chunk * THREADS * PACKS */
+            nd_split_store(const_cast<unsigned long long *>(slots) + g / (THREADS * PACKS),
+                           (unsigned long long)__float_as_uint(v[0]) |
+                               (K > 1 ? (unsigned long long)__float_as_uint(v[K - 1]) << 32 : 0ull));
+        if (threadIdx.x < 32) {
+            nd_split_gather<K>(v, op, slots, ws.chunks);
+            if (threadIdx.x == 0) {
 #pragma unroll
-            for (int i = 0; i < K; i++)
-                q[i] = v[i];
-            __stcg(slots + g / (THREADS * PACKS), make_float4(q[0], q[1], q[2], q[3]));
-            __threadfence();
-            atomicAdd(ws.count + row, 1u);
-            const unsigned want = (unsigned)ws.chunks * (unsigned)(r + 1);
-            while (nd_ld_acquire(ws.count + row) < want) {
+                for (int i = 0; i < K; i++)
+                    smem->bcast[r & 1][i] = v[i];
             }
         }
         __syncthreads();
-        nd_split_combine<K>(v, op, slots, ws.chunks);
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            v[i] = smem->bcast[r & 1][i];
     }
 };
 
@@ -218,10 +235,10 @@ __global__ void __launch_bounds__(THREADS, ND_ROWS_MIN_THREADS_PER_SM / THREADS)
 nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
 {
     constexpr int N = PACKS * VEC;
-    __shared__ nd_rows_reduce_smem smem;
+    __shared__ nd_split_smem smem;
     __shared__ unsigned ticket;
     if (threadIdx.x == 0)
-        ticket = atomicAdd(ws.ticket, 1u);
+        ticket = atomicAdd(ws.ticket, 1u) + 1u;
     __syncthreads();
     int round = 0;
     nd_split_ctx<VEC, PACKS, THREADS> ctx;
@@ -287,16 +304,14 @@ static nd_status nd_rows_split_try(const nd_rows_args<T> &a, const typename Op::
     if (chunks * ND_ROWS_SPLIT_SHARE > (int64_t)per_sm * di->sm_count)
         return ND_OK; /* see the deadlock argument at the kernel */
 
-    const size_t count_bytes = ((size_t)(a.rows + 1) * sizeof(unsigned) + 15) & ~(size_t)15;
-    const size_t bytes = count_bytes + (size_t)a.rows * 2 * (size_t)chunks * sizeof(float4);
+    const size_t bytes = 16 + (size_t)a.rows * ND_SPLIT_ROUNDS * (size_t)chunks * 8;
     void *ws_mem = NULL;
     ND_CUDA_TRY(err, cudaMallocAsync(&ws_mem, bytes, s));
     nd_split_ws ws;
     ws.ticket = (unsigned *)ws_mem;
-    ws.count = ws.ticket + 1;
-    ws.slot = (float4 *)((char *)ws_mem + count_bytes);
+    ws.slot = (unsigned long long *)((char *)ws_mem + 16);
     ws.chunks = (int)chunks;
-    cudaError_t ce = cudaMemsetAsync(ws_mem, 0, count_bytes, s);
+    cudaError_t ce = cudaMemsetAsync(ws_mem, 0xff, bytes, s); /* ticket ~0, slots empty */
     if (ce == cudaSuccess) {
         kernel<<<(unsigned)(a.rows * chunks), THREADS, 0, s>>>(a, prm, ws);
         ce = cudaGetLastError();
