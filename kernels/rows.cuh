@@ -3,21 +3,24 @@
  *
  * An operator over the last axis reads a row, reduces it to a few numbers, and writes a row of the
  * same shape. The engine does the reading, the reducing across threads and the writing; an Op
- * policy (LayerNorm, RMSNorm, Softmax, ...) does the arithmetic. Three kernels cover every width:
+ * policy (LayerNorm, RMSNorm, Softmax, ...) does the arithmetic. These kernels cover every width:
  *
  *   warp     a group of W lanes (W = 1..32, so 32/W rows per warp) holds R rows in registers;
  *            all-reduce by xor shuffles. Up to 8 packs (128 bytes) per lane: 1024 float32 or
  *            2048 16-bit columns.
- *   block    a block of 128..512 threads, or a thread-block cluster of 2..16 such blocks (sm_90),
- *            holds one row in registers (128 bytes per thread); all-reduce through shared memory,
- *            then across the cluster through distributed shared memory, so every element of x is
- *            read from device memory exactly once: up to 262144 float32 / 524288 16-bit columns.
- *            The cluster kernel prefetches its next row into shared memory (cp.async).
+ *   block    a block of 64..512 threads holds one row in registers (128 bytes per thread);
+ *            all-reduce through shared memory, so every element of x is read from device memory
+ *            exactly once: up to 16384 float32 / 32768 16-bit columns.
+ *   split    longer rows (rows_split.cuh): one block per 64 KB chunk of a row, the row's blocks
+ *            combining their partial statistics through global memory; x is still read once.
+ *   cluster  where the split kernel cannot hold a row's chunks at once: a thread-block cluster of
+ *            2..16 blocks (sm_90) shares the row through distributed shared memory and
+ *            prefetches its next row into shared memory (cp.async).
  *   stream   rows longer than a 16-block cluster can hold: the cluster walks the row once per
- *            statistics round and once to write (the re-reading fallback). While a cluster works
- *            on a row it mostly stays in L2 (at most sm_count / CL rows of a few MB at a time).
- * Registers per thread are capped at 64 (block) and 80 (warp) so 768-1024 threads per SM stay
- * resident: occupancy is what overlaps one row's reductions with other rows' loads.
+ *            statistics round and once to write (the re-reading fallback).
+ * The warp, block and split kernels get one block per unit of work (not a persistent grid: see
+ * ND_ROWS_GRID). Registers per thread are capped at 64 (block) and 80 (warp) so 768-1024 threads
+ * per SM stay resident: occupancy is what overlaps one row's reductions with other rows' loads.
  *
  * Layout. A row is cut into packs of VEC elements (16 bytes) on the 16-byte grid of memory, not
  * of the row: a row starting h elements past a 16-byte boundary has its pack p cover columns
