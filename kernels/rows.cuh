@@ -430,15 +430,15 @@ template <int K> struct nd_rows_smem {
     nd_cluster_reduce_smem<K> r;
 };
 
-template <bool CLUSTER, int VEC, int PACKS> struct nd_block_ctx {
-    static constexpr int kKind = CLUSTER ? ND_CTX_CROSS_BLOCK : ND_CTX_BLOCK;
+/* A row shared by a group of G threads (a block, a cluster, or a row's chunk blocks), thread g
+ * holding packs g, g + G, ...: which of its elements are in the row, and the row's first element
+ * (loaded by every thread). The block and split contexts add their all-reduce. */
+template <int VEC, int PACKS> struct nd_group_row {
     int h;
     float x0; /* the row's first element, loaded by every thread (see first()) */
     int g, G; /* this thread's index in the row's group, and the group size */
     int cols;
     float n;
-    int *round;
-    void *smem; /* nd_cluster_reduce_smem<K> for the largest K used */
     __device__ __forceinline__ bool valid(int, int e) const
     {
         int c = ((e / VEC) * G + g) * VEC + (e % VEC) - h;
@@ -449,6 +449,12 @@ template <bool CLUSTER, int VEC, int PACKS> struct nd_block_ctx {
         return (g > 0 || h == 0) && ((PACKS - 1) * G + g + 1) * VEC - h <= cols;
     }
     __device__ __forceinline__ float first(int, float) const { return x0; }
+};
+
+template <bool CLUSTER, int VEC, int PACKS> struct nd_block_ctx : nd_group_row<VEC, PACKS> {
+    static constexpr int kKind = CLUSTER ? ND_CTX_CROSS_BLOCK : ND_CTX_BLOCK;
+    int *round;
+    void *smem; /* nd_cluster_reduce_smem<K> for the largest K used */
     template <int K, class O> __device__ __forceinline__ void allreduce(float (&v)[K], O op) const
     {
         auto &sm = *reinterpret_cast<nd_cluster_reduce_smem<K> *>(smem);

@@ -154,27 +154,12 @@ struct nd_split_smem {
 
 /* The Ctx of a chunk block (see the Op interface in rows.cuh). Thread t's pack i is pack
  * g + i * THREADS of the row, g = chunk * THREADS * PACKS + t. */
-template <int VEC, int PACKS, int THREADS> struct nd_split_ctx {
+template <int VEC, int PACKS, int THREADS> struct nd_split_ctx : nd_group_row<VEC, PACKS> {
     static constexpr int kKind = ND_CTX_CROSS_BLOCK;
-    int h;
-    float x0; /* the row's first element, loaded by every thread */
-    int g;
-    int cols;
-    float n;
     int row;  /* rows * chunks < 2^31 */
     nd_split_ws ws;
     int *round;
     nd_split_smem *smem;
-    __device__ __forceinline__ bool valid(int, int e) const
-    {
-        int c = ((e / VEC) * THREADS + g) * VEC + (e % VEC) - h;
-        return c >= 0 && c < cols;
-    }
-    __device__ __forceinline__ bool full(int) const
-    {
-        return (g > 0 || h == 0) && ((PACKS - 1) * THREADS + g + 1) * VEC - h <= cols;
-    }
-    __device__ __forceinline__ float first(int, float) const { return x0; }
     /* block all-reduce; thread 0 publishes the block's slot; warp 0 waits for the row's slots
      * and combines them; the result reaches the block through shared memory */
     template <int K, class O> __device__ __forceinline__ void allreduce(float (&v)[K], O op) const
@@ -187,7 +172,7 @@ template <int VEC, int PACKS, int THREADS> struct nd_split_ctx {
         nd_block_allreduce<K>(v, op, sm.block, r);
         const unsigned long long *slots = ws.slot + ((int64_t)row * ND_SPLIT_ROUNDS + r) * ws.chunks;
         if (threadIdx.x == 0) /* g = chunk * THREADS * PACKS */
-            nd_split_store(const_cast<unsigned long long *>(slots) + g / (THREADS * PACKS),
+            nd_split_store(const_cast<unsigned long long *>(slots) + this->g / (THREADS * PACKS),
                            (unsigned long long)__float_as_uint(v[0]) |
                                (K > 1 ? (unsigned long long)__float_as_uint(v[K - 1]) << 32 : 0ull));
         if (threadIdx.x < 32) {
@@ -244,6 +229,7 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
     nd_split_ctx<VEC, PACKS, THREADS> ctx;
     ctx.row = (int)(ticket / (unsigned)ws.chunks);
     ctx.g = (int)(ticket % (unsigned)ws.chunks) * (THREADS * PACKS) + (int)threadIdx.x;
+    ctx.G = THREADS; /* pack i of this thread: g + i * THREADS */
     ctx.cols = (int)a.cols;
     ctx.n = (float)a.cols;
     ctx.ws = ws;
