@@ -426,6 +426,29 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
  * blocks (CLUSTER true, cluster size given at launch), the row in registers.
  * ------------------------------------------------------------------------------------------- */
 
+/* This block's rank in its cluster and the cluster's size (0 and 1 outside a cluster). */
+__device__ __forceinline__ void nd_cluster_place(bool cluster, unsigned &rank, unsigned &csize)
+{
+    rank = 0;
+    csize = 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cluster) {
+        cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
+        rank = cl.block_rank();
+        csize = cl.num_blocks();
+    }
+#endif
+}
+
+/* At a cluster kernel's end: no block may leave while another still reads its shared memory. */
+__device__ __forceinline__ void nd_cluster_leave(bool cluster)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cluster)
+        cooperative_groups::this_cluster().sync();
+#endif
+}
+
 template <int K> struct nd_rows_smem {
     nd_cluster_reduce_smem<K> r;
 };
@@ -475,14 +498,8 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
     constexpr int N = PACKS * VEC;
     __shared__ nd_rows_reduce_smem smem;
     int round = 0;
-    unsigned rank = 0, csize = 1;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (CLUSTER) {
-        cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
-        rank = cl.block_rank();
-        csize = cl.num_blocks();
-    }
-#endif
+    unsigned rank, csize;
+    nd_cluster_place(CLUSTER, rank, csize);
     nd_block_ctx<CLUSTER, VEC, PACKS> ctx;
     ctx.g = (int)(rank * THREADS + threadIdx.x);
     ctx.G = (int)(csize * THREADS);
@@ -537,10 +554,7 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
                                                 [&](int j) { return v[0].get(i * VEC + j); });
         }
     }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (CLUSTER) /* no block may leave while another still reads its shared memory */
-        cooperative_groups::this_cluster().sync();
-#endif
+    nd_cluster_leave(CLUSTER);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -585,14 +599,8 @@ nd_rows_stream_kernel(nd_rows_args<T> a, typename Op::Params prm, int cluster)
 {
     __shared__ nd_rows_reduce_smem smem;
     int round = 0;
-    unsigned rank = 0, csize = 1;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (cluster) {
-        cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
-        rank = cl.block_rank();
-        csize = cl.num_blocks();
-    }
-#endif
+    unsigned rank, csize;
+    nd_cluster_place(cluster != 0, rank, csize);
     nd_stream_ctx<T, VEC> ctx;
     ctx.g = (int)(rank * THREADS + threadIdx.x);
     ctx.G = (int)(csize * THREADS);
@@ -619,10 +627,7 @@ nd_rows_stream_kernel(nd_rows_args<T> a, typename Op::Params prm, int cluster)
                                                    [&](int j) { return v[j]; });
         }
     }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (cluster)
-        cooperative_groups::this_cluster().sync();
-#endif
+    nd_cluster_leave(cluster != 0);
 }
 
 /* ---------------------------------------------------------------------------------------------
