@@ -4,7 +4,8 @@
  * jansson parses the body (duplicate keys rejected); we then walk its arrays with
  * json_array_size/json_array_get and write every number, rounded once to the dtype, straight into
  * one malloc'ed block (req->owned) that holds x and the inline parameters, each at a 64-byte
- * aligned offset. jansson still builds one json_t per number; that is the price of the JSON form
+ * aligned offset. The tensor walk (nd_json_tensor_check/fill, json_tensor.h) is shared with the v2
+ * parser in v2.c. jansson still builds one json_t per number; that is the price of the JSON form
  * (the raw binary form is the fast path).
  *
  * Choices a client may notice:
@@ -21,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "request.h"
+#include "json_tensor.h"
 
 /* ======================================================================== fields */
 
@@ -62,7 +63,7 @@ static const struct {
 };
 _Static_assert(sizeof fields / sizeof fields[0] == F_COUNT, "fields must list every enum field");
 
-static const char *type_name(const json_t *v)
+const char *nd_json_type_name(const json_t *v)
 {
     switch (json_typeof(v)) {
     case JSON_OBJECT:
@@ -126,13 +127,17 @@ static inline int number_value(const json_t *v, double *out)
     return -1;
 }
 
+/* A path in messages: the tensor's name (at most 63 bytes) and up to ND_MAX_DIMS "[index]". */
+#define PATH_SIZE (64 + ND_MAX_DIMS * 24)
+
 /* Converts element v into element i of dst; path names it in messages ("data[3]"). */
 static int put_number(const json_t *v, nd_dtype dt, void *dst, int64_t i, const char *path,
                       nd_error *err)
 {
     double d;
     if (number_value(v, &d) != 0)
-        return nd_proto_fail(err, 400, "%s: expected a number, got %s", path, type_name(v));
+        return nd_proto_fail(err, 400, "%s: expected a number, got %s", path,
+                             nd_json_type_name(v));
     if (!isfinite(d) || nd_store_f64(dt, dst, i, d) != 0)
         return nd_proto_fail(err, 400, "%s=%g is out of range for %s", path, d,
                              nd_dtype_name(dt));
@@ -149,39 +154,40 @@ static int fill_flat(const json_t *arr, nd_dtype dt, void *dst, const char *name
         /* the common case without building a path string */
         if (number_value(v, &d) == 0 && isfinite(d) && nd_store_f64(dt, dst, (int64_t)i, d) == 0)
             continue;
-        char path[48];
-        snprintf(path, sizeof path, "%s[%zu]", name, i);
+        char path[PATH_SIZE];
+        snprintf(path, sizeof path, "%.63s[%zu]", name, i);
         return put_number(v, dt, dst, (int64_t)i, path, err);
     }
     return 0;
 }
 
-/* Walks data nested as req->shape, depth levels in, writing elements from *pos on. With dst NULL
- * it checks the nesting only, so that nothing is allocated for a shape the data does not fill. */
-static int fill_nested(const json_t *arr, const nd_request *req, int depth, int64_t *pos,
-                       char *path, size_t plen, void *dst, nd_error *err)
+/* Walks data nested as shape, depth levels in, writing elements from *pos on. With dst NULL it
+ * checks the nesting only, so that nothing is allocated for a shape the data does not fill. path
+ * (PATH_SIZE bytes) holds plen bytes: the name and the indices down to this level. */
+static int fill_nested(const json_t *arr, const int64_t *shape, int ndim, nd_dtype dt, int depth,
+                       int64_t *pos, char *path, size_t plen, void *dst, nd_error *err)
 {
-    const int64_t want = req->shape[depth];
+    const int64_t want = shape[depth];
     const size_t n = json_array_size(arr);
-    const size_t psize = 8 * 24 + 8;
+    const size_t psize = PATH_SIZE;
     if ((int64_t)n != want) {
         char s[ND_MAX_DIMS * 21 + 4];
-        nd_request_shape_str(req, s, sizeof s);
+        nd_shape_str(shape, ndim, s, sizeof s);
         return nd_proto_fail(err, 400, "%s has %zu entries, shape %s needs %lld there", path, n,
                              s, (long long)want);
     }
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_array_get(arr, i);
-        if (depth + 1 < req->ndim) {
+        if (depth + 1 < ndim) {
             size_t l = plen + (size_t)snprintf(path + plen, psize - plen, "[%zu]", i);
             if (!json_is_array(v)) {
                 char s[ND_MAX_DIMS * 21 + 4];
-                nd_request_shape_str(req, s, sizeof s);
+                nd_shape_str(shape, ndim, s, sizeof s);
                 return nd_proto_fail(err, 400,
                                      "%s: expected an array (shape %s nests %d deep), got %s",
-                                     path, s, req->ndim, type_name(v));
+                                     path, s, ndim, nd_json_type_name(v));
             }
-            int rc = fill_nested(v, req, depth + 1, pos, path, l, dst, err);
+            int rc = fill_nested(v, shape, ndim, dt, depth + 1, pos, path, l, dst, err);
             if (rc)
                 return rc;
             path[plen] = '\0';
@@ -192,16 +198,52 @@ static int fill_nested(const json_t *arr, const nd_request *req, int depth, int6
             }
         } else {
             double d;
-            if (number_value(v, &d) == 0 && isfinite(d) &&
-                nd_store_f64(req->dtype, dst, *pos, d) == 0) {
+            if (number_value(v, &d) == 0 && isfinite(d) && nd_store_f64(dt, dst, *pos, d) == 0) {
                 ++*pos;
                 continue;
             }
             snprintf(path + plen, psize - plen, "[%zu]", i);
-            return put_number(v, req->dtype, dst, *pos, path, err);
+            return put_number(v, dt, dst, *pos, path, err);
         }
     }
     return 0;
+}
+
+static int is_nested(const json_t *arr)
+{
+    return json_is_array(json_array_get(arr, 0));
+}
+
+int nd_json_tensor_check(const json_t *arr, const int64_t *shape, int ndim, int64_t elems,
+                         const char *name, nd_error *err)
+{
+    if (is_nested(arr)) {
+        char path[PATH_SIZE];
+        int64_t pos = 0;
+        int plen = snprintf(path, 64, "%s", name);
+        return fill_nested(arr, shape, ndim, ND_FLOAT32, 0, &pos, path,
+                           plen < 64 ? (size_t)plen : 63, NULL, err);
+    }
+    if ((int64_t)json_array_size(arr) != elems) {
+        char s[ND_MAX_DIMS * 21 + 4];
+        nd_shape_str(shape, ndim, s, sizeof s);
+        return nd_proto_fail(err, 400, "%.63s has %zu numbers, shape %s needs %lld", name,
+                             json_array_size(arr), s, (long long)elems);
+    }
+    return 0;
+}
+
+int nd_json_tensor_fill(const json_t *arr, const int64_t *shape, int ndim, nd_dtype dt,
+                        void *dst, const char *name, nd_error *err)
+{
+    if (is_nested(arr)) {
+        char path[PATH_SIZE];
+        int64_t pos = 0;
+        int plen = snprintf(path, 64, "%s", name);
+        return fill_nested(arr, shape, ndim, dt, 0, &pos, path, plen < 64 ? (size_t)plen : 63,
+                           dst, err);
+    }
+    return fill_flat(arr, dt, dst, name, err);
 }
 
 /* A flat parameter array of n numbers (the caller checked the length) into dst. */
@@ -209,7 +251,7 @@ static int check_param(const json_t *v, const char *name, nd_error *err)
 {
     if (!json_is_array(v))
         return nd_proto_fail(err, 400, "%s: expected an array of numbers, got %s", name,
-                             type_name(v));
+                             nd_json_type_name(v));
     return 0;
 }
 
@@ -240,7 +282,8 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
         return nd_proto_fail(err, 400, "invalid JSON at line %d, column %d: %s", jerr.line,
                              jerr.column, jerr.text);
     if (!json_is_object(root)) {
-        rc = nd_proto_fail(err, 400, "body: expected a JSON object, got %s", type_name(root));
+        rc = nd_proto_fail(err, 400, "body: expected a JSON object, got %s",
+                           nd_json_type_name(root));
         goto fail;
     }
 
@@ -268,7 +311,7 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
     if (f[F_DTYPE]) {
         if (!json_is_string(f[F_DTYPE])) {
             rc = nd_proto_fail(err, 400, "dtype: expected a string, got %s",
-                               type_name(f[F_DTYPE]));
+                               nd_json_type_name(f[F_DTYPE]));
             goto fail;
         }
         if ((rc = nd_request_set_dtype(req, json_string_value(f[F_DTYPE]), err)))
@@ -277,7 +320,7 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
     if (f[F_PARAMS]) {
         if (!json_is_string(f[F_PARAMS])) {
             rc = nd_proto_fail(err, 400, "params: expected a string, got %s",
-                               type_name(f[F_PARAMS]));
+                               nd_json_type_name(f[F_PARAMS]));
             goto fail;
         }
         if ((rc = nd_request_set_params(req, json_string_value(f[F_PARAMS]),
@@ -294,7 +337,8 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
     }
     if (f[F_EPS]) {
         if (!json_is_number(f[F_EPS])) {
-            rc = nd_proto_fail(err, 400, "eps: expected a number, got %s", type_name(f[F_EPS]));
+            rc = nd_proto_fail(err, 400, "eps: expected a number, got %s",
+                               nd_json_type_name(f[F_EPS]));
             goto fail;
         }
         if ((rc = nd_request_set_eps(req, json_number_value(f[F_EPS]), err)))
@@ -303,7 +347,7 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
     if (f[F_AXIS]) {
         if (!json_is_integer(f[F_AXIS])) {
             rc = nd_proto_fail(err, 400, "axis: expected an integer, got %s",
-                               type_name(f[F_AXIS]));
+                               nd_json_type_name(f[F_AXIS]));
             goto fail;
         }
         axis = json_integer_value(f[F_AXIS]);
@@ -312,7 +356,7 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
         const json_t *o = f[F_OUTPUTS];
         if (!json_is_array(o)) {
             rc = nd_proto_fail(err, 400, "outputs: expected an array of strings, got %s",
-                               type_name(o));
+                               nd_json_type_name(o));
             goto fail;
         }
         for (size_t i = 0; i < json_array_size(o); i++) {
@@ -321,7 +365,7 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
             snprintf(where, sizeof where, "outputs[%zu]", i);
             if (!json_is_string(s)) {
                 rc = nd_proto_fail(err, 400, "%s: expected a string, got %s", where,
-                                   type_name(s));
+                                   nd_json_type_name(s));
                 goto fail;
             }
             if ((rc = nd_request_add_output(req, json_string_value(s), json_string_length(s),
@@ -338,7 +382,7 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
     }
     if (!json_is_array(data)) {
         rc = nd_proto_fail(err, 400, "data: expected an array of numbers, got %s",
-                           type_name(data));
+                           nd_json_type_name(data));
         goto fail;
     }
     const int nested = json_is_array(json_array_get(data, 0));
@@ -347,7 +391,7 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
         size_t n;
         if (!json_is_array(s)) {
             rc = nd_proto_fail(err, 400, "shape: expected an array of integers, got %s",
-                               type_name(s));
+                               nd_json_type_name(s));
             goto fail;
         }
         n = json_array_size(s);
@@ -360,7 +404,7 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
             const json_t *d = json_array_get(s, i);
             if (!json_is_integer(d)) {
                 rc = nd_proto_fail(err, 400, "shape[%zu]: expected an integer, got %s", i,
-                                   type_name(d));
+                                   nd_json_type_name(d));
                 goto fail;
             }
             if ((rc = nd_request_check_dim((int)i, json_integer_value(d), err)))
@@ -396,18 +440,8 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
     if ((rc = nd_request_finish(req, f[F_AXIS] != NULL, axis, max_elems, err)))
         goto fail;
 
-    if (nested) {
-        char path[8 * 24 + 8] = "data";
-        int64_t pos = 0;
-        if ((rc = fill_nested(data, req, 0, &pos, path, 4, NULL, err)))
-            goto fail;
-    } else if ((int64_t)json_array_size(data) != req->elems) {
-        char s[ND_MAX_DIMS * 21 + 4];
-        nd_request_shape_str(req, s, sizeof s);
-        rc = nd_proto_fail(err, 400, "data has %zu numbers, shape %s needs %lld",
-                           json_array_size(data), s, (long long)req->elems);
+    if ((rc = nd_json_tensor_check(data, req->shape, req->ndim, req->elems, "data", err)))
         goto fail;
-    }
 
     /* ---- inline parameters: presence and lengths ---- */
     const int64_t cols = req->mid;
@@ -474,14 +508,7 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
     }
     char *block = req->owned;
 
-    if (nested) {
-        char path[8 * 24 + 8] = "data";
-        int64_t pos = 0;
-        rc = fill_nested(data, req, 0, &pos, path, 4, block, err);
-    } else {
-        rc = fill_flat(data, req->dtype, block, "data", err);
-    }
-    if (rc)
+    if ((rc = nd_json_tensor_fill(data, req->shape, req->ndim, req->dtype, block, "data", err)))
         goto fail;
     req->x = block;
     if (g && op != ND_OP_PRELU) {

@@ -152,18 +152,22 @@ int nd_request_check_dim(int i, int64_t v, nd_error *err)
     return 0;
 }
 
-void nd_request_shape_str(const nd_request *req, char *buf, size_t size)
+void nd_shape_str(const int64_t *shape, int ndim, char *buf, size_t size)
 {
     size_t n = 0;
     if (size == 0)
         return;
     buf[0] = '\0';
     n += (size_t)snprintf(buf, size, "[");
-    for (int i = 0; i < req->ndim && n < size; i++)
-        n += (size_t)snprintf(buf + n, size - n, "%s%lld", i ? "," : "",
-                              (long long)req->shape[i]);
+    for (int i = 0; i < ndim && n < size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%s%lld", i ? "," : "", (long long)shape[i]);
     if (n < size)
         snprintf(buf + n, size - n, "]");
+}
+
+void nd_request_shape_str(const nd_request *req, char *buf, size_t size)
+{
+    nd_shape_str(req->shape, req->ndim, buf, size);
 }
 
 int nd_request_finish(nd_request *req, int has_axis, int64_t axis, int64_t max_elems,
@@ -295,20 +299,10 @@ static size_t utf8_len(const unsigned char *s, size_t n)
     return len;
 }
 
-char *nd_proto_error_json(const char *msg)
+char *nd_json_put_string(char *p, const char *str, size_t n)
 {
-    static const char head[] = "{\"error\":\"";
-    static const char tail[] = "\"}";
-    const unsigned char *s = (const unsigned char *)(msg ? msg : "unknown error");
-    size_t n = strlen((const char *)s);
-    /* worst case: every byte becomes \ufffd or \u00XX (6 bytes) */
-    char *out = malloc(sizeof head + n * 6 + sizeof tail);
-    char *p;
-    if (!out)
-        return NULL;
-    p = out;
-    memcpy(p, head, sizeof head - 1);
-    p += sizeof head - 1;
+    const unsigned char *s = (const unsigned char *)str;
+    *p++ = '"';
     for (size_t i = 0; i < n;) {
         unsigned char c = s[i];
         size_t len;
@@ -329,6 +323,25 @@ char *nd_proto_error_json(const char *msg)
             i++;
         }
     }
+    *p++ = '"';
+    return p;
+}
+
+char *nd_proto_error_json(const char *msg)
+{
+    static const char head[] = "{\"error\":";
+    static const char tail[] = "}";
+    const char *s = msg ? msg : "unknown error";
+    size_t n = strlen(s);
+    /* worst case: every byte becomes \ufffd or \u00XX (6 bytes) */
+    char *out = malloc(sizeof head + 2 + n * 6 + sizeof tail);
+    char *p;
+    if (!out)
+        return NULL;
+    p = out;
+    memcpy(p, head, sizeof head - 1);
+    p += sizeof head - 1;
+    p = nd_json_put_string(p, s, n);
     memcpy(p, tail, sizeof tail);
     return out;
 }
@@ -387,6 +400,7 @@ static void bf16_init(void)
 
 /* The longest text one float32 takes: "%.9g" as in "-1.17549435e-38", or "null". */
 #define F32_TEXT_MAX 16
+_Static_assert(F32_TEXT_MAX + 1 == ND_JSON_NUMBER_MAX, "a number and its comma");
 
 static char *put_f32(char *p, float v)
 {
@@ -401,14 +415,43 @@ static char *put_f32(char *p, float v)
     return p + snprintf(p, F32_TEXT_MAX + 1, "%.9g", (double)v);
 }
 
+char *nd_json_put_numbers(char *p, nd_dtype dt, const void *src, int64_t n)
+{
+    const char *b = src;
+    if (dt == ND_FLOAT16 || dt == ND_BFLOAT16) {
+        const short_str *table;
+        if (dt == ND_FLOAT16) {
+            pthread_once(&half_once, half_init);
+            table = half_table;
+        } else {
+            pthread_once(&bf16_once, bf16_init);
+            table = bf16_table;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, b + 2 * i, 2); /* a plain load where aligned; src need not be */
+            const short_str *e = &table[h];
+            if (i)
+                *p++ = ',';
+            memcpy(p, e->s, e->len);
+            p += e->len;
+        }
+        return p;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float f;
+        memcpy(&f, b + 4 * i, 4);
+        if (i)
+            *p++ = ',';
+        p = put_f32(p, f);
+    }
+    return p;
+}
+
 static char *put_stats(char *p, const char *name, const float *v, int64_t n)
 {
     p += sprintf(p, ",\"%s\":[", name);
-    for (int64_t i = 0; i < n; i++) {
-        if (i)
-            *p++ = ',';
-        p = put_f32(p, v[i]);
-    }
+    p = nd_json_put_numbers(p, ND_FLOAT32, v, n);
     *p++ = ']';
     return p;
 }
@@ -420,23 +463,15 @@ int nd_proto_encode_json(const nd_request *req, const void *y, const float *mean
     const int64_t stats = nd_request_stat_rows(req);
     const int want_mean = (req->outputs & ND_OUT_MEAN) && mean && stats > 0;
     const int want_rstd = (req->outputs & ND_OUT_RSTD) && rstd && stats > 0;
-    const short_str *table = NULL;
-    size_t cap, per = F32_TEXT_MAX + 1, extra;
+    size_t cap, per = ND_JSON_NUMBER_MAX, extra;
     char *buf, *p;
 
     *out = NULL;
     if (out_len)
         *out_len = 0;
-    if (req->dtype == ND_FLOAT16) {
-        pthread_once(&half_once, half_init);
-        table = half_table;
-    } else if (req->dtype == ND_BFLOAT16) {
-        pthread_once(&bf16_once, bf16_init);
-        table = bf16_table;
-    }
 
     /* An upper bound, so the loops below write without checking: the fixed text, the shape, then
-     * F32_TEXT_MAX + 1 bytes per number (a 16-bit table entry is shorter). */
+     * ND_JSON_NUMBER_MAX bytes per number (a 16-bit table entry is shorter). */
     extra = 64 + (size_t)ND_MAX_DIMS * 21 + 32;
     if (__builtin_mul_overflow((size_t)n, per, &cap) || __builtin_add_overflow(cap, extra, &cap))
         return -1;
@@ -455,23 +490,7 @@ int nd_proto_encode_json(const nd_request *req, const void *y, const float *mean
     for (int i = 0; i < req->ndim; i++)
         p += sprintf(p, "%s%lld", i ? "," : "", (long long)req->shape[i]);
     p += sprintf(p, "],\"dtype\":\"%s\",\"data\":[", nd_dtype_name(req->dtype));
-    if (table) {
-        const uint16_t *h = y;
-        for (int64_t i = 0; i < n; i++) {
-            const short_str *e = &table[h[i]];
-            if (i)
-                *p++ = ',';
-            memcpy(p, e->s, e->len);
-            p += e->len;
-        }
-    } else {
-        const float *f = y;
-        for (int64_t i = 0; i < n; i++) {
-            if (i)
-                *p++ = ',';
-            p = put_f32(p, f[i]);
-        }
-    }
+    p = nd_json_put_numbers(p, req->dtype, y, n);
     *p++ = ']';
     if (want_mean)
         p = put_stats(p, "mean", mean, stats);

@@ -55,6 +55,24 @@ int nd_request_finish(nd_request *req, int has_axis, int64_t axis, int64_t max_e
 
 /* Writes "[2,4]" (the shape as in JSON) into buf. */
 void nd_request_shape_str(const nd_request *req, char *buf, size_t size);
+void nd_shape_str(const int64_t *shape, int ndim, char *buf, size_t size);
+
+/* ---- JSON text (request.c): what every JSON answer writes, one definition for /v1 and v2 ---- */
+
+/* The most bytes nd_json_put_numbers writes per element, the separating comma included. */
+#define ND_JSON_NUMBER_MAX 17
+
+/*
+ * Writes n elements of dt from src as comma-separated JSON numbers (no brackets): the shortest
+ * decimal that reads back as the same value (float32 "%.9g"), null for non-finite values, "-0.0"
+ * for negative zero. p needs room for n * ND_JSON_NUMBER_MAX bytes; returns the end. src may be
+ * unaligned.
+ */
+char *nd_json_put_numbers(char *p, nd_dtype dt, const void *src, int64_t n);
+
+/* Writes s (n bytes) as a quoted JSON string: '"' and '\' escaped, control bytes as \u00XX,
+ * invalid UTF-8 as \ufffd. p needs room for 2 + 6 * n bytes; returns the end. */
+char *nd_json_put_string(char *p, const char *s, size_t n);
 
 /* For messages: s (len bytes) shortened and with non-printable bytes shown as '?'. */
 void nd_proto_quote(char *out, size_t size, const char *s, size_t len);

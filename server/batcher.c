@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../kernels/nd_dtype.h"
 
@@ -42,6 +43,8 @@ struct nd_batcher {
     pthread_cond_t wake;  /* signalled when jobs arrive or stopping is set */
     group *groups;
     int queued;           /* jobs in groups */
+    int timed;            /* jobs in groups that have a deadline */
+    double next_deadline; /* no queued job's deadline is earlier (may be stale-early; 0: none) */
     int closed;           /* no new jobs */
     int stopping;         /* run everything queued now, then exit */
     uint64_t batch_seq;   /* for fault injection */
@@ -121,6 +124,11 @@ int nd_batcher_submit(nd_batcher *b, nd_job *job)
     g->tail = job;
     g->rows += job->req.outer;
     b->queued++;
+    if (job->deadline > 0) {
+        b->timed++;
+        if (b->next_deadline == 0 || job->deadline < b->next_deadline)
+            b->next_deadline = job->deadline;
+    }
     nd_metrics_queue_depth_add(b->metrics, 1);
     pthread_mutex_unlock(&b->lock);
     pthread_cond_signal(&b->wake);
@@ -146,6 +154,16 @@ static group *pick_ready(nd_batcher *b, double now, double *deadline)
     return best;
 }
 
+/* Removes the empty group g from the list and frees it. Called with the lock held. */
+static void group_unlink(nd_batcher *b, group *g)
+{
+    group **pp = &b->groups;
+    while (*pp != g)
+        pp = &(*pp)->next;
+    *pp = g->next;
+    free(g);
+}
+
 /* Pops whole jobs up to max_batch_rows (at least one) from g; frees g when it empties. Called
  * with the lock held. Returns the jobs as a list, their count in *njobs. */
 static nd_job *take_jobs(nd_batcher *b, group *g, int *njobs)
@@ -157,20 +175,53 @@ static nd_job *take_jobs(nd_batcher *b, group *g, int *njobs)
         last = g->head;
         rows += last->req.outer;
         g->head = last->next;
+        b->timed -= last->deadline > 0;
         n++;
     }
     last->next = NULL;
     g->rows -= rows;
-    if (!g->head) {
-        group **pp = &b->groups;
-        while (*pp != g)
-            pp = &(*pp)->next;
-        *pp = g->next;
-        free(g);
-    }
+    if (!g->head)
+        group_unlink(b, g);
     b->queued -= n;
     *njobs = n;
     return first;
+}
+
+/* Takes every queued job whose deadline has passed out of its group; returns them as a list
+ * (NULL when none) and recomputes next_deadline. Called with the lock held. */
+static nd_job *take_expired(nd_batcher *b, double now)
+{
+    if (b->timed == 0 || now < b->next_deadline)
+        return NULL;
+    nd_job *late = NULL, **late_tail = &late;
+    double next = 0;
+    for (group *g = b->groups, *gnext; g; g = gnext) {
+        gnext = g->next;
+        nd_job *prev = NULL;
+        for (nd_job **pp = &g->head; *pp;) {
+            nd_job *j = *pp;
+            if (j->deadline <= 0 || j->deadline > now) {
+                if (j->deadline > 0 && (next == 0 || j->deadline < next))
+                    next = j->deadline;
+                prev = j;
+                pp = &j->next;
+                continue;
+            }
+            *pp = j->next;
+            if (g->tail == j)
+                g->tail = prev;
+            g->rows -= j->req.outer;
+            b->queued--;
+            b->timed--;
+            j->next = NULL;
+            *late_tail = j;
+            late_tail = &j->next;
+        }
+        if (!g->head)
+            group_unlink(b, g);
+    }
+    b->next_deadline = next;
+    return late;
 }
 
 /* ---- running a batch ---- */
@@ -178,6 +229,20 @@ static nd_job *take_jobs(nd_batcher *b, group *g, int *njobs)
 static size_t align16(size_t n)
 {
     return (n + 15) & ~(size_t)15;
+}
+
+/* Stamps each job with the batch's stage times (t_start: the batch was taken; t_packed, t_ran,
+ * t_end: the stages ended, 0 when not reached). */
+static void stamp_all(nd_job *jobs, int njobs, double t_start, double t_packed, double t_ran,
+                      double t_end)
+{
+    for (nd_job *j = jobs; j; j = j->next) {
+        j->queue_s = t_start - j->t_enqueue;
+        j->input_s = t_packed > 0 ? t_packed - t_start : 0;
+        j->infer_s = t_ran > 0 ? t_ran - t_packed : 0;
+        j->output_s = t_end > 0 ? t_end - t_ran : 0;
+        j->batch_jobs = njobs;
+    }
 }
 
 static void finish_all(nd_job *jobs, int status, const char *msg)
@@ -195,6 +260,13 @@ static void finish_all(nd_job *jobs, int status, const char *msg)
         j->status = status;
         j->done(j, j->done_arg);
     }
+}
+
+/* The slot's staging is free again (before the answers go out: a burst's peak is then lower). */
+static void release_staging(nd_batcher *b, int slot)
+{
+    if (b->engine->vt->staging_release)
+        b->engine->vt->staging_release(b->engine, slot);
 }
 
 static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
@@ -240,11 +312,14 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
     }
     if (oom) {
         nd_metrics_batch(b->metrics, h->op, device, rows, njobs, wait_s, 0, 1);
+        stamp_all(jobs, njobs, t_start, 0, 0, 0);
         finish_all(jobs, 500, "out of memory for the results");
         return;
     }
     if (b->engine->vt->staging(b->engine, slot, in_bytes, out_bytes, &in, &out, &err) != ND_OK) {
         nd_metrics_batch(b->metrics, h->op, device, rows, njobs, wait_s, 0, 1);
+        stamp_all(jobs, njobs, t_start, 0, 0, 0);
+        release_staging(b, slot);
         finish_all(jobs, 500, err.msg);
         return;
     }
@@ -293,12 +368,16 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
     if (b->cfg.fault_every > 0 && seq % (uint64_t)b->cfg.fault_every == 0)
         fault = 1;
 
+    const double t_packed = now_s();
     nd_metrics_inflight_add(b->metrics, device, 1);
+    if (b->cfg.slow_batch_us > 0)
+        usleep((useconds_t)b->cfg.slow_batch_us);
     nd_status st = fault ? nd_error_set(&err, ND_EDEVICE, "injected fault (--fault-every %d)",
                                         b->cfg.fault_every)
                          : b->engine->vt->run(b->engine, slot, &batch, &err);
     nd_metrics_inflight_add(b->metrics, device, -1);
-    const double compute_s = now_s() - t_start;
+    const double t_ran = now_s();
+    const double compute_s = t_ran - t_start;
     nd_metrics_transfer(b->metrics, device, batch.h2d_bytes, batch.d2h_bytes);
     if (st == ND_OK && batch.kernel_s > 0)
         nd_metrics_kernel(b->metrics, device, batch.kernel_s);
@@ -312,6 +391,8 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
         snprintf(msg, sizeof msg, "backend %s failed: %s", b->engine->vt->name, err.msg);
         if (b->cfg.verbose >= 1)
             fprintf(stderr, "normd: %s\n", msg);
+        stamp_all(jobs, njobs, t_start, t_packed, t_ran, 0);
+        release_staging(b, slot);
         finish_all(jobs, 500, msg);
         return;
     }
@@ -329,6 +410,8 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
             memcpy(j->rstd, batch.rstd + row0, (size_t)j->req.outer * sizeof(float));
         row0 += j->req.outer;
     }
+    stamp_all(jobs, njobs, t_start, t_packed, t_ran, now_s());
+    release_staging(b, slot);
     finish_all(jobs, 200, NULL);
 }
 
@@ -339,6 +422,26 @@ typedef struct slot_arg {
     int slot;
 } slot_arg;
 
+/* Answers jobs whose deadline passed in the queue: 504, never run. */
+static void finish_expired(nd_batcher *b, nd_job *late, double now)
+{
+    int n = 0;
+    for (nd_job *j = late; j; j = j->next) {
+        j->queue_s = now - j->t_enqueue;
+        j->input_s = j->infer_s = j->output_s = 0;
+        j->batch_jobs = 0;
+        n++;
+    }
+    nd_metrics_queue_depth_add(b->metrics, -n);
+    for (nd_job *j = late, *next; j; j = next) {
+        next = j->next;
+        snprintf(j->error, sizeof j->error, "deadline passed after %.0f ms in the queue; the "
+                 "request was not run", j->queue_s * 1e3);
+        j->status = 504;
+        j->done(j, j->done_arg);
+    }
+}
+
 static void *slot_main(void *arg)
 {
     slot_arg *sa = arg;
@@ -347,8 +450,17 @@ static void *slot_main(void *arg)
     free(sa);
     pthread_mutex_lock(&b->lock);
     for (;;) {
-        double deadline;
-        group *g = pick_ready(b, now_s(), &deadline);
+        double now = now_s(), deadline;
+        nd_job *late = take_expired(b, now);
+        if (late) {
+            pthread_mutex_unlock(&b->lock);
+            finish_expired(b, late, now);
+            pthread_mutex_lock(&b->lock);
+            continue;
+        }
+        group *g = pick_ready(b, now, &deadline);
+        if (b->timed > 0 && (deadline == 0 || b->next_deadline < deadline))
+            deadline = b->next_deadline;
         if (!g) {
             if (b->stopping && !b->groups)
                 break;

@@ -10,6 +10,10 @@
  * request has waited max_delay_us (0: at once, so an idle daemon answers immediately and batches
  * grow only with load). A batch takes whole requests in arrival order up to max_batch_rows; a
  * request larger than that runs alone. Requests are never split.
+ *
+ * A job with a deadline that is still queued when the deadline passes leaves its group and is
+ * finished with status 504 by the next batcher thread that looks at the queue; an idle thread
+ * wakes up for it, so the answer is late only while every thread is running a batch.
  */
 #ifndef ND_BATCHER_H
 #define ND_BATCHER_H
@@ -30,11 +34,18 @@ typedef void (*nd_job_done_fn)(nd_job *job, void *arg);
 struct nd_job {
     nd_request req;
     nd_param_set *pset; /* a reference taken by the submitter, or NULL */
+    double deadline;    /* CLOCK_MONOTONIC seconds; a job still queued then is finished with 504
+                         * without running (0: no deadline) */
     /* results, set before done is called */
     int status;           /* 200, or an HTTP error status */
     char error[256];
     void *y;              /* req.elems elements of req.dtype, malloc'ed; the submitter frees */
     float *mean, *rstd;   /* req.outer floats each when asked for, malloc'ed */
+    /* where the job's time went, set before done is called (0 for stages it did not reach):
+     * waiting in the queue, packing the batch (and, on a device, nothing more: copies are part of
+     * the run), the backend's run (copies in, kernel, copies out), scattering the results */
+    double queue_s, input_s, infer_s, output_s;
+    int batch_jobs;       /* requests in the job's batch (0 when it never ran) */
     nd_job_done_fn done;
     void *done_arg;
     /* private */

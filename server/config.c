@@ -12,7 +12,11 @@
 #include <string.h>
 #include <strings.h>
 
-typedef enum opt_kind { OPT_LISTEN, OPT_UNIX, OPT_BACKEND, OPT_INT, OPT_I64, OPT_SIZE, OPT_DEVICES } opt_kind;
+typedef enum opt_kind {
+    OPT_LISTEN, OPT_UNIX, OPT_BACKEND, OPT_INT, OPT_I64, OPT_SIZE, OPT_DEVICES,
+    OPT_BOOL,       /* a flag: --name alone (or --name=1|0) sets it; never takes the next argument */
+    OPT_TOKEN_FILE, /* a file whose first line is the admin token */
+} opt_kind;
 
 typedef struct opt {
     const char *flag; /* without the leading "--" */
@@ -27,7 +31,8 @@ typedef struct opt {
 
 static const opt options[] = {
     {"listen", "NORMD_LISTEN", OPT_LISTEN, 0, 0, 0,
-     "HOST:PORT to listen on, or 'off' (default 127.0.0.1:8000)"},
+     "HOST:PORT to listen on, or 'off' (default 127.0.0.1:8000; the default is not opened "
+     "when systemd passes listening sockets)"},
     {"unix", "NORMD_UNIX", OPT_UNIX, 0, 0, 0, "also listen on this UNIX socket path"},
     {"backend", "NORMD_BACKEND", OPT_BACKEND, 0, 0, 0,
      "auto|cpu|cuda|null (default auto: cuda when a device is present)"},
@@ -44,6 +49,13 @@ static const opt options[] = {
      INT64_C(1) << 40, "largest request body accepted, else 413 (default 268435456)"},
     {"queue-limit", "NORMD_QUEUE_LIMIT", OPT_INT, OFF(queue_limit), 1, 1 << 24,
      "requests waiting for a batch before new ones get 503 (default 4096)"},
+    {"max-inflight-bytes", "NORMD_MAX_INFLIGHT_BYTES", OPT_SIZE, OFF(max_inflight_bytes), 1,
+     INT64_C(1) << 48,
+     "byte budget of requests in flight (each is charged twice its body until answered); one "
+     "that would pass it gets 503 before its body is read (default: half the memory of the "
+     "machine or container)"},
+    {"drain-seconds", "NORMD_DRAIN_SECONDS", OPT_INT, OFF(drain_seconds), 0, 3600,
+     "on SIGTERM, how long to wait for accepted requests to be answered (default 30)"},
     {"streams", "NORMD_STREAMS", OPT_INT, OFF(streams), 1, 64,
      "CUDA streams (batches in flight) per device (default 4)"},
     {"devices", "NORMD_DEVICES", OPT_DEVICES, 0, 0, 0,
@@ -51,8 +63,20 @@ static const opt options[] = {
     {"cuda-spin-us", "NORMD_CUDA_SPIN_US", OPT_INT, OFF(cuda_spin_us), 0, 100000,
      "poll a CUDA batch this long before sleeping until it completes (default 0: sleep at "
      "once; a short poll trades CPU for latency at low load)"},
+    {"admin-token-file", "NORMD_ADMIN_TOKEN_FILE", OPT_TOKEN_FILE, 0, 0, 0,
+     "file holding the bearer token that PUT and DELETE /v1/params/{name} require "
+     "(Authorization: Bearer TOKEN); default: none, which is refused beyond loopback"},
+    {"allow-open-admin", "NORMD_ALLOW_OPEN_ADMIN", OPT_BOOL, OFF(allow_open_admin), 0, 1,
+     "listen beyond loopback although the admin routes take no token (default: refuse)"},
+    {"max-param-sets", "NORMD_MAX_PARAM_SETS", OPT_INT, OFF(max_param_sets), 0, 1 << 20,
+     "registered parameter sets at most, else 507 (default 1024)"},
+    {"max-param-bytes", "NORMD_MAX_PARAM_BYTES", OPT_SIZE, OFF(max_param_bytes), 0,
+     INT64_C(1) << 40, "bytes of all registered parameter sets together at most, else 507 "
+     "(default 1073741824)"},
     {"fault-every", "NORMD_FAULT_EVERY", OPT_INT, OFF(fault_every), 0, INT_MAX,
      "testing only: fail every Nth batch with a backend error (default 0: never)"},
+    {"slow-batch-us", "NORMD_SLOW_BATCH_US", OPT_INT, OFF(slow_batch_us), 0, 60000000,
+     "testing only: every batch's run takes this much longer, as on a slow device (default 0)"},
     {"verbose", "NORMD_VERBOSE", OPT_INT, OFF(verbose), 0, 3, "log level 0-3 (default 1)"},
 };
 
@@ -72,6 +96,27 @@ static int default_http_threads(void)
     return cores / 2 > 2 ? cores / 2 : 2;
 }
 
+/* Half the memory this process may use: the smaller of the machine's memory and a cgroup (v2 or
+ * v1) limit, e.g. a container's. */
+static size_t default_inflight_bytes(void)
+{
+    uint64_t mem = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    const char *limits[] = {"/sys/fs/cgroup/memory.max",
+                            "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+        FILE *f = fopen(limits[i], "r");
+        unsigned long long v;
+        if (!f)
+            continue;
+        if (fscanf(f, "%llu", &v) == 1 && v > 0 && v < mem)
+            mem = v;
+        fclose(f);
+    }
+    if (mem < ((uint64_t)64 << 20))
+        mem = (uint64_t)64 << 20;
+    return (size_t)(mem / 2);
+}
+
 void nd_config_defaults(nd_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -83,7 +128,11 @@ void nd_config_defaults(nd_config *cfg)
     cfg->max_delay_us = 0;
     cfg->max_body_bytes = (size_t)256 << 20;
     cfg->queue_limit = 4096;
+    cfg->max_inflight_bytes = default_inflight_bytes();
+    cfg->drain_seconds = 30;
     cfg->streams = 4;
+    cfg->max_param_sets = 1024;
+    cfg->max_param_bytes = (size_t)1 << 30;
     cfg->verbose = 1;
 }
 
@@ -114,6 +163,7 @@ static int parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
 
 static int set_listen(nd_config *cfg, const char *v, nd_error *err)
 {
+    cfg->listen_given = 1;
     if (strcmp(v, "off") == 0) {
         cfg->listen_host[0] = '\0';
         return 0;
@@ -139,10 +189,56 @@ static int set_listen(nd_config *cfg, const char *v, nd_error *err)
     return 0;
 }
 
+/* Reads the admin token: the file's first line, surrounding whitespace dropped. */
+static int set_token_file(nd_config *cfg, const char *path, nd_error *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        nd_error_set(err, ND_EINVAL, "admin-token-file: %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[sizeof cfg->admin_token + 2] = "";
+    int ok = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    char *p = line;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    size_t n = strcspn(p, "\r\n");
+    while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+        n--;
+    if (!ok || n == 0 || n >= sizeof cfg->admin_token) {
+        nd_error_set(err, ND_EINVAL, "admin-token-file: %s must hold one token of 1-%zu "
+                                     "characters on its first line", path,
+                     sizeof cfg->admin_token - 1);
+        return -1;
+    }
+    memcpy(cfg->admin_token, p, n);
+    cfg->admin_token[n] = '\0';
+    return 0;
+}
+
+/* 1 when host names only this machine: localhost, 127.0.0.0/8 or ::1. */
+static int host_is_loopback(const char *host)
+{
+    return !strcasecmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "::1");
+}
+
 static int set_option(nd_config *cfg, const opt *o, const char *v, nd_error *err)
 {
     int64_t n;
     switch (o->kind) {
+    case OPT_TOKEN_FILE:
+        return set_token_file(cfg, v, err);
+    case OPT_BOOL:
+        if (!v || !strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes"))
+            *(int *)((char *)cfg + o->offset) = 1;
+        else if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no"))
+            *(int *)((char *)cfg + o->offset) = 0;
+        else {
+            nd_error_set(err, ND_EINVAL, "%s: \"%s\" is not 1 or 0", o->flag, v);
+            return -1;
+        }
+        return 0;
     case OPT_LISTEN:
         return set_listen(cfg, v, err);
     case OPT_UNIX:
@@ -211,6 +307,7 @@ void nd_config_usage(FILE *out)
                  "variable; flags win.\n\n");
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
         fprintf(out, "  --%-16s %-22s %s\n", options[i].flag, options[i].env, options[i].help);
+    fprintf(out, "  --%-16s %-22s %s\n", "version", "", "print the version and exit");
     fprintf(out, "  --%-16s %-22s %s\n", "help", "", "print this and exit");
 }
 
@@ -232,6 +329,8 @@ int nd_config_load(nd_config *cfg, int argc, char **argv, nd_error *err)
             nd_config_usage(stdout);
             return 1;
         }
+        if (!strcmp(arg, "--version"))
+            return 2;
         if (strncmp(arg, "--", 2) != 0) {
             nd_error_set(err, ND_EINVAL, "unexpected argument \"%s\" (see --help)", arg);
             return -1;
@@ -249,6 +348,8 @@ int nd_config_load(nd_config *cfg, int argc, char **argv, nd_error *err)
         }
         if (value)
             value++;
+        else if (o->kind == OPT_BOOL)
+            value = NULL;
         else if (a + 1 < argc)
             value = argv[++a];
         else {
@@ -260,6 +361,16 @@ int nd_config_load(nd_config *cfg, int argc, char **argv, nd_error *err)
     }
     if (!cfg->listen_host[0] && !cfg->unix_path[0]) {
         nd_error_set(err, ND_EINVAL, "nothing to listen on: --listen off needs --unix PATH");
+        return -1;
+    }
+    /* The parameter registry can be changed over HTTP; beyond loopback that takes a token, or
+     * an explicit word that the network in front is trusted. */
+    if (cfg->listen_host[0] && !host_is_loopback(cfg->listen_host) && !cfg->admin_token[0] &&
+        !cfg->allow_open_admin) {
+        nd_error_set(err, ND_EINVAL,
+                     "listen: %s is beyond loopback and PUT/DELETE /v1/params would be open to "
+                     "anyone who can connect; set --admin-token-file FILE, or --allow-open-admin "
+                     "when the network in front is trusted", cfg->listen_host);
         return -1;
     }
     return 0;

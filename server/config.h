@@ -22,6 +22,8 @@ typedef enum nd_backend_kind {
 typedef struct nd_config {
     char listen_host[256];     /* "" when TCP is off (only --unix) */
     unsigned listen_port;
+    int listen_given;          /* --listen or NORMD_LISTEN was set: sockets passed by systemd
+                                  are served beside it instead of replacing it */
     char unix_path[108];       /* "" when no UNIX socket */
     nd_backend_kind backend;
     int threads;               /* HTTP threads; CPU backend workers use every core */
@@ -30,11 +32,18 @@ typedef struct nd_config {
     int64_t max_delay_us;
     size_t max_body_bytes;
     int queue_limit;           /* requests queued (not yet running) before answering 503 */
+    size_t max_inflight_bytes; /* bytes charged by requests in flight before answering 503 */
+    int drain_seconds;         /* on SIGTERM: the longest wait for accepted requests' answers */
     int streams;               /* CUDA streams per device (batches in flight per device) */
     int devices[ND_MAX_DEVICES];
     int ndevices;              /* 0 = every visible device */
     int cuda_spin_us;          /* poll a batch's stream this long before blocking on it */
     int fault_every;           /* testing: fail every Nth batch with a backend error (0 = never) */
+    int slow_batch_us;         /* testing: every batch's run takes this much longer (0 = not) */
+    char admin_token[256];     /* bearer token the admin routes require; "" = none configured */
+    int allow_open_admin;      /* listen beyond loopback with no admin token, knowingly */
+    int max_param_sets;        /* registered parameter sets at most */
+    size_t max_param_bytes;    /* bytes of all registered parameter sets together at most */
     int verbose;
 } nd_config;
 
@@ -42,7 +51,7 @@ void nd_config_defaults(nd_config *cfg);
 
 /*
  * Apply NORMD_* environment variables, then argv. Returns 0, 1 when --help was asked (usage
- * already printed to stdout), or -1 with a message in err.
+ * already printed to stdout), 2 when --version was asked, or -1 with a message in err.
  */
 int nd_config_load(nd_config *cfg, int argc, char **argv, nd_error *err);
 

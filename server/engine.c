@@ -4,6 +4,13 @@
  * Both keep per-slot staging in ordinary heap memory: the batcher packs x there and the CPU
  * backend computes straight from it. Two slots let one batch be packed or scattered while the
  * other computes; the CPU backend itself spreads one batch over every core.
+ *
+ * A slot keeps up to HOST_STAGING_KEEP of staging between batches. A larger batch gets buffers of
+ * its own size, given back as soon as it is scattered: otherwise a burst of large batches (or of
+ * clients that then went away) leaves the daemon holding two slots' worth of the largest batch
+ * ever seen, in and out, for good. Blocks that large are mmap'ed (main.c fixes glibc's threshold),
+ * so free returns them to the system at once; the cost is page faults on the next large batch,
+ * small next to computing it.
  */
 #include "engine.h"
 
@@ -14,6 +21,7 @@
 #include <string.h>
 
 #define HOST_SLOTS 2
+#define HOST_STAGING_KEEP ((size_t)8 << 20) /* per buffer (in, out) and slot */
 
 typedef struct host_engine {
     nd_engine base;
@@ -47,6 +55,21 @@ static nd_status host_staging(nd_engine *e, int slot, size_t in_bytes, size_t ou
     *in = h->slot[slot].in;
     *out = h->slot[slot].out;
     return st;
+}
+
+static void host_staging_release(nd_engine *e, int slot)
+{
+    host_engine *h = (host_engine *)e;
+    if (h->slot[slot].in_cap > HOST_STAGING_KEEP) {
+        free(h->slot[slot].in);
+        h->slot[slot].in = NULL;
+        h->slot[slot].in_cap = 0;
+    }
+    if (h->slot[slot].out_cap > HOST_STAGING_KEEP) {
+        free(h->slot[slot].out);
+        h->slot[slot].out = NULL;
+        h->slot[slot].out_cap = 0;
+    }
 }
 
 nd_status nd_batch_call(const nd_batch *b, const nd_batch_ptrs *p, nd_backend_api api,
@@ -122,10 +145,16 @@ static void host_destroy(nd_engine *e)
     free(h);
 }
 
-static const nd_engine_vt cpu_vt = {
-    .name = "cpu", .staging = host_staging, .run = cpu_run, .destroy = host_destroy};
-static const nd_engine_vt null_vt = {
-    .name = "null", .staging = host_staging, .run = null_run, .destroy = host_destroy};
+static const nd_engine_vt cpu_vt = {.name = "cpu",
+                                    .staging = host_staging,
+                                    .run = cpu_run,
+                                    .staging_release = host_staging_release,
+                                    .destroy = host_destroy};
+static const nd_engine_vt null_vt = {.name = "null",
+                                     .staging = host_staging,
+                                     .run = null_run,
+                                     .staging_release = host_staging_release,
+                                     .destroy = host_destroy};
 
 static nd_engine *host_create(const nd_engine_vt *vt, nd_error *err)
 {

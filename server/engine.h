@@ -67,6 +67,9 @@ typedef struct nd_engine_vt {
                          void **out, nd_error *err);
     /* Run b on slot; returns when the outputs are in the slot's host staging. */
     nd_status (*run)(nd_engine *e, int slot, nd_batch *b, nd_error *err);
+    /* Optional: the batch that used the slot's staging is done with it (its outputs are
+     * scattered); the engine may give back staging beyond what it keeps between batches. */
+    void (*staging_release)(nd_engine *e, int slot);
     /* Optional: make a registered parameter set usable by run (e.g. copy it to every device),
      * and release that again. */
     nd_status (*param_attach)(nd_engine *e, struct nd_param_set *p, nd_error *err);

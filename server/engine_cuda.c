@@ -391,6 +391,44 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
     return ND_OK;
 }
 
+/* Start-up warm-up of one slot: a tiny batch of every operator and dtype through run(), so the
+ * stream, the staging pages and each launcher's first-call work (attribute look-ups, the kernels
+ * themselves: main() asks for eager module loading) are paid before the daemon says it is ready,
+ * not by the first live requests. */
+static nd_status warm_slot(cuda_engine *ce, int slot, nd_error *err)
+{
+    cuda_slot *s = &ce->slot[slot];
+    enum { COLS = 64 };
+    const size_t esz_max = 4;
+    if (s->in_cap < 4 * COLS * esz_max + 64 || s->out_cap < COLS * esz_max + 64)
+        return ND_OK; /* staging reserve too small to warm with: nothing to gain */
+    memset(s->h_in, 0, s->in_cap);
+    for (int op = 0; op < ND_OP_COUNT; op++)
+        for (int dt = 0; dt < 3; dt++) {
+            const nd_dtype dtype = dt == 0 ? ND_FLOAT32 : dt == 1 ? ND_FLOAT16 : ND_BFLOAT16;
+            const size_t esz = nd_dtype_size(dtype);
+            char *in = s->h_in, *out = s->h_out;
+            nd_batch b = {.op = (nd_op)op, .dtype = dtype, .outer = 1, .mid = COLS, .inner = 1,
+                          .eps = 1e-5f, .x = in, .y = out};
+            if (op == ND_OP_LAYERNORM || op == ND_OP_RMSNORM) {
+                b.gamma = in + COLS * esz;
+                b.rstd = (float *)(out + COLS * esz);
+            }
+            if (op == ND_OP_LAYERNORM) {
+                b.beta = in + 2 * COLS * esz;
+                b.mean = (float *)(out + COLS * esz + 16);
+            }
+            if (op == ND_OP_PRELU) {
+                b.alpha = in + COLS * esz;
+                b.alpha_count = 1;
+            }
+            nd_status st = cuda_run(&ce->base, slot, &b, err);
+            if (st != ND_OK)
+                return st;
+        }
+    return ND_OK;
+}
+
 /* ---- registered parameters ---- */
 
 static void cuda_param_detach(nd_engine *e, nd_param_set *p)
@@ -512,8 +550,14 @@ nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
     int visible = 0;
     cudaError_t e = cudaGetDeviceCount(&visible);
     if (e != cudaSuccess || visible == 0) {
-        nd_error_set(err, ND_EUNSUPPORTED, "no usable CUDA device (%s)",
-                     e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
+        const char *why = e == cudaErrorInsufficientDriver
+                              ? "no NVIDIA driver is loaded, or it is older than this build's "
+                                "CUDA runtime needs"
+                          : e == cudaErrorNoDevice || visible == 0
+                              ? "no NVIDIA GPU is visible to this process"
+                              : cudaGetErrorString(e);
+        nd_error_set(err, ND_EUNSUPPORTED, "no usable CUDA device: %s (use --backend cpu, or "
+                                           "--backend auto to fall back to it)", why);
         (void)cudaGetLastError();
         return NULL;
     }
@@ -585,6 +629,9 @@ nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
         if (slot_grow(ce, s, 0, 0, err) != ND_OK || slot_grow(ce, s, 1, 0, err) != ND_OK)
             goto fail;
     }
+    for (int i = 0; i < ce->base.nslots; i++)
+        if (warm_slot(ce, i, err) != ND_OK)
+            goto fail;
     if (cfg->verbose >= 2)
         for (int d = 0; d < ndev; d++) {
             struct cudaDeviceProp p;

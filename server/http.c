@@ -1,22 +1,27 @@
 /*
- * http.c - libmicrohttpd glue: routing, body accumulation, suspend/resume around the batcher.
+ * http.c - the listener: libmicrohttpd's access handler, body accumulation, limits, answering,
+ * and the server's lifecycle (start, drain, stop). The routes live in routes_v1.c (normd's own
+ * API) and routes_v2.c (KServe v2); http_conn.h describes a request's life through them.
  *
  * The access handler is re-entered (as in libmicrohttpd's own examples): the first call allocates
- * the per-request state and checks the route, the calls with upload data append to the body, and
- * the final call parses and either answers at once (errors, metrics, health) or queues a job and
+ * the per-request state and checks the route and the limits the headers show, the calls with
+ * upload data append to the body, and the final call either answers at once or queues a job and
  * suspends the connection. The job's completion, on a batcher thread, resumes the connection, and
  * libmicrohttpd calls the handler once more to send the answer. No libmicrohttpd thread ever waits
  * for compute.
+ *
+ * Memory a request holds is freed in request_completed, which libmicrohttpd calls once for every
+ * request it started, whether it was answered, aborted while the body was arriving, or aborted
+ * while its answer was being sent. A queued job keeps its connection suspended, so its conn lives
+ * until the job has finished and the answer was attempted.
  */
-#include "http.h"
+#include "http_conn.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,102 +31,83 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../proto/nd_proto.h"
-#include "batcher.h"
-#include "metrics.h"
-#include "params.h"
+#include "compress.h"
 
-#define MAX_QUERY_ARGS 32
 #define BODY_RESERVE_MAX ((size_t)4 << 20)
+/* Answers shorter than this go uncompressed even when the client accepts gzip. */
+#define COMPRESS_MIN_BYTES 1024
+/* How long a draining daemon keeps an idle keep-alive connection open for a request that may be
+ * on its way. */
+#define DRAIN_IDLE_GRACE_S 1.0
 
-struct nd_server {
-    nd_config cfg;
-    nd_engine *engine;
-    nd_metrics *metrics;
-    nd_params *params;
-    nd_batcher *batcher;
-    struct MHD_Daemon *tcp, *unix_d;
-    unsigned port;
-    atomic_int jobs_open; /* requests with a job submitted whose answer is not yet sent */
-    atomic_int stopping;
-};
-
-typedef enum route {
-    R_OP,
-    R_PARAMS_ONE,
-    R_PARAMS_LIST,
-    R_HEALTH,
-    R_METRICS,
-} route;
-
-typedef enum job_state { J_NONE, J_QUEUED, J_DONE } job_state;
-
-/* Per-request state, from the first handler call to MHD's completion notice. */
-typedef struct conn {
-    nd_server *srv;
-    struct MHD_Connection *mc;
-    route route;
-    nd_op op;
-    int metrics_op; /* nd_op or ND_METRICS_OP_OTHER */
-    char name[ND_PARAMS_NAME_MAX + 1];
-    double t_start;
-    char *body;
-    size_t len, cap;
-    int too_large;
-    int binary; /* the request is raw binary (and so is the answer) */
-    nd_kv query[MAX_QUERY_ARGS];
-    size_t nquery;
-    int query_overflow;
-    nd_job job;
-    _Atomic int state; /* job_state */
-    int counted;       /* counted in srv->jobs_open */
-} conn;
-
-static double now_s(void)
+double nd_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* ---- answering ---- */
+/* ======================================================================== answering */
 
-static enum MHD_Result send_buffer(conn *c, int code, const char *type, void *data, size_t len,
-                                   int must_free)
+enum MHD_Result nd_conn_send(conn *c, int code, struct MHD_Response *r)
 {
+    if (!r)
+        return MHD_NO;
+    if (code == 503)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (code == 405 && c->allow)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, c->allow);
+    if (atomic_load(&c->srv->stopping))
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ret = MHD_queue_response(c->mc, (unsigned)code, r);
+    MHD_destroy_response(r);
+    nd_metrics_request(c->srv->metrics, c->metrics_op, code, nd_now_s() - c->t_start);
+    return ret;
+}
+
+struct MHD_Response *nd_conn_response(conn *c, const char *type, void *data, size_t len,
+                                     int must_free)
+{
+    const char *encoding = NULL;
+    if (must_free && c->gzip_answer && len >= COMPRESS_MIN_BYTES) {
+        void *z;
+        size_t zlen;
+        if (nd_compress(data, len, c->gzip_answer == 1 ? ND_ENC_GZIP : ND_ENC_DEFLATE, &z,
+                        &zlen) == 0) {
+            free(data);
+            data = z;
+            len = zlen;
+            encoding = c->gzip_answer == 1 ? "gzip" : "deflate";
+        }
+    }
     struct MHD_Response *r = MHD_create_response_from_buffer(
         len, data, must_free ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
     if (!r) {
         if (must_free)
             free(data);
-        return MHD_NO;
+        return NULL;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    if (code == 503)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    if (code == 405) {
-        const char *allow = c->route == R_OP            ? "POST"
-                            : c->route == R_PARAMS_ONE  ? "GET, PUT, DELETE"
-                                                        : "GET";
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
-    }
-    enum MHD_Result ret = MHD_queue_response(c->mc, (unsigned)code, r);
-    MHD_destroy_response(r);
-    nd_metrics_request(c->srv->metrics, c->metrics_op, code, now_s() - c->t_start);
-    return ret;
+    if (encoding)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_ENCODING, encoding);
+    return r;
 }
 
-static enum MHD_Result send_json(conn *c, int code, char *json)
+enum MHD_Result nd_conn_send_buffer(conn *c, int code, const char *type, void *data, size_t len,
+                                    int must_free)
+{
+    return nd_conn_send(c, code, nd_conn_response(c, type, data, len, must_free));
+}
+
+enum MHD_Result nd_conn_send_json(conn *c, int code, char *json)
 {
     if (!json)
-        return MHD_NO;
-    return send_buffer(c, code, "application/json", json, strlen(json), 1);
+        return nd_conn_send_buffer(c, 500, "application/json",
+                                   "{\"error\":\"out of memory\"}", 26, 0);
+    return nd_conn_send_buffer(c, code, "application/json", json, strlen(json), 1);
 }
 
-static enum MHD_Result send_error(conn *c, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static enum MHD_Result send_error(conn *c, int code, const char *fmt, ...)
+enum MHD_Result nd_conn_send_error(conn *c, int code, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -130,66 +116,10 @@ static enum MHD_Result send_error(conn *c, int code, const char *fmt, ...)
     va_end(ap);
     if (c->srv->cfg.verbose >= 2)
         fprintf(stderr, "normd: %d %s\n", code, msg);
-    return send_json(c, code, nd_proto_error_json(msg));
+    return nd_conn_send_json(c, code, nd_proto_error_json(msg));
 }
 
-/* The answer to a finished job: y (and the statistics) as JSON or raw bytes. */
-static enum MHD_Result send_job_result(conn *c)
-{
-    nd_job *j = &c->job;
-    if (j->status != 200)
-        return send_error(c, j->status, "%s", j->error);
-    const nd_request *req = &j->req;
-    if (!c->binary) {
-        char *out;
-        size_t len;
-        if (nd_proto_encode_json(req, j->y, j->mean, j->rstd, &out, &len) != 0)
-            return send_error(c, 500, "out of memory encoding the answer");
-        return send_buffer(c, 200, "application/json", out, len, 1);
-    }
-    /* Raw binary: y, then mean and rstd (float32) when asked, described by headers. */
-    size_t ybytes = (size_t)req->elems * nd_dtype_size(req->dtype);
-    size_t sbytes = (size_t)nd_request_stat_rows(req) * sizeof(float);
-    void *body = j->y;
-    size_t len = ybytes;
-    char outputs[32] = "y";
-    if (j->mean || j->rstd) {
-        len += (j->mean ? sbytes : 0) + (j->rstd ? sbytes : 0);
-        body = realloc(j->y, len);
-        if (!body)
-            return send_error(c, 500, "out of memory encoding the answer");
-        j->y = NULL;
-        char *p = (char *)body + ybytes;
-        if (j->mean) {
-            memcpy(p, j->mean, sbytes);
-            p += sbytes;
-            strcat(outputs, ",mean");
-        }
-        if (j->rstd) {
-            memcpy(p, j->rstd, sbytes);
-            strcat(outputs, ",rstd");
-        }
-    } else
-        j->y = NULL; /* the response owns it now */
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(body);
-        return MHD_NO;
-    }
-    char shape[ND_MAX_DIMS * 21 + 1];
-    nd_proto_format_shape(req, shape, sizeof shape);
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
-    MHD_add_response_header(r, "X-Normd-Shape", shape);
-    MHD_add_response_header(r, "X-Normd-Dtype", nd_dtype_name(req->dtype));
-    MHD_add_response_header(r, "X-Normd-Outputs", outputs);
-    enum MHD_Result ret = MHD_queue_response(c->mc, 200, r);
-    MHD_destroy_response(r);
-    nd_metrics_request(c->srv->metrics, c->metrics_op, 200, now_s() - c->t_start);
-    return ret;
-}
-
-/* ---- operator requests ---- */
+/* ======================================================================== jobs */
 
 static void job_done(nd_job *job, void *arg)
 {
@@ -198,82 +128,9 @@ static void job_done(nd_job *job, void *arg)
     MHD_resume_connection(c->mc);
 }
 
-/* Resolves req->params against the registry: the set must exist, match the dtype and carry the
- * tensors this op needs with the right lengths. Returns 0 or an HTTP status with a message. */
-static int bind_params(conn *c, nd_request *req, char *msg, size_t size)
-{
-    nd_param_set *p = nd_params_acquire(c->srv->params, req->params);
-    if (!p) {
-        snprintf(msg, size, "params: no parameter set named \"%s\" (PUT /v1/params/%s first)",
-                 req->params, req->params);
-        return 400;
-    }
-    c->job.pset = p;
-    if (p->dtype != req->dtype) {
-        snprintf(msg, size, "params: set \"%s\" is %s but the request is %s", p->name,
-                 nd_dtype_name(p->dtype), nd_dtype_name(req->dtype));
-        return 400;
-    }
-    int need[ND_PARAM_COUNT] = {0};
-    if (req->op == ND_OP_LAYERNORM)
-        need[ND_PARAM_GAMMA] = need[ND_PARAM_BETA] = 1; /* used when present */
-    else if (req->op == ND_OP_RMSNORM)
-        need[ND_PARAM_WEIGHT] = 2;
-    else if (req->op == ND_OP_PRELU)
-        need[ND_PARAM_ALPHA] = 2;
-    int used = 0;
-    for (int k = 0; k < ND_PARAM_COUNT; k++) {
-        if (!need[k])
-            continue;
-        if (!p->host[k]) {
-            if (need[k] == 2) {
-                snprintf(msg, size, "params: set \"%s\" has no %s tensor, which %s needs",
-                         p->name, nd_param_tensor_name(k), nd_op_name(req->op));
-                return 400;
-            }
-            continue;
-        }
-        used = 1;
-        int ok = k == ND_PARAM_ALPHA ? (p->count[k] == 1 || p->count[k] == req->mid)
-                                     : p->count[k] == req->mid;
-        if (!ok) {
-            snprintf(msg, size, "params: %s of set \"%s\" has %lld elements, the request needs "
-                                "%s%lld", nd_param_tensor_name(k), p->name,
-                     (long long)p->count[k], k == ND_PARAM_ALPHA ? "1 or " : "",
-                     (long long)req->mid);
-            return 400;
-        }
-    }
-    if (!used) {
-        snprintf(msg, size, "params: set \"%s\" has no tensor that %s uses", p->name,
-                 nd_op_name(req->op));
-        return 400;
-    }
-    if (req->op == ND_OP_PRELU)
-        req->alpha_count = p->count[ND_PARAM_ALPHA];
-    return 0;
-}
-
-static enum MHD_Result handle_op(conn *c)
+enum MHD_Result nd_conn_submit(conn *c)
 {
     nd_server *s = c->srv;
-    nd_error err = {{0}};
-    int64_t max_elems = 0; /* the body limit already bounds what can arrive */
-    int st = c->binary
-                 ? nd_proto_parse_binary(c->op, c->query, c->nquery, c->body, c->len, max_elems,
-                                         &c->job.req, &err)
-                 : nd_proto_parse_json(c->op, c->body, c->len, max_elems, &c->job.req, &err);
-    if (st)
-        return send_error(c, st, "%s", err.msg);
-    if (!c->binary && c->nquery > 0)
-        return send_error(c, 400, "query parameter \"%s\": a JSON request carries its metadata "
-                                  "in the body", c->query[0].key);
-    if (c->job.req.params[0]) {
-        char msg[256];
-        st = bind_params(c, &c->job.req, msg, sizeof msg);
-        if (st)
-            return send_error(c, st, "%s", msg);
-    }
     c->job.done = job_done;
     c->job.done_arg = c;
     atomic_store(&c->state, J_QUEUED);
@@ -293,54 +150,18 @@ static enum MHD_Result handle_op(conn *c)
     return MHD_YES;
 }
 
-/* ---- parameter sets ---- */
-
-static enum MHD_Result handle_params(conn *c, const char *method)
+int nd_server_ready(const nd_server *s)
 {
-    nd_server *s = c->srv;
-    nd_error err = {{0}};
-    if (c->route == R_PARAMS_LIST) {
-        char *list = nd_params_list_json(s->params);
-        return list ? send_json(c, 200, list) : send_error(c, 500, "out of memory");
-    }
-    if (!strcmp(method, "GET")) {
-        char *one = nd_params_get_json(s->params, c->name);
-        return one ? send_json(c, 200, one)
-                   : send_error(c, 404, "no parameter set named \"%s\"", c->name);
-    }
-    if (!strcmp(method, "DELETE")) {
-        int st = nd_params_delete(s->params, c->name, &err);
-        if (st)
-            return send_error(c, st, "%s", err.msg);
-        char *ok = NULL;
-        if (asprintf(&ok, "{\"deleted\":\"%s\"}", c->name) < 0)
-            return MHD_NO;
-        return send_json(c, 200, ok);
-    }
-    /* PUT */
-    nd_params_body pb;
-    int st = c->binary ? nd_proto_parse_params_binary(c->query, c->nquery, c->body, c->len, &pb,
-                                                      &err)
-                       : nd_proto_parse_params_json(c->body, c->len, &pb, &err);
-    if (st)
-        return send_error(c, st, "%s", err.msg);
-    st = nd_params_put(s->params, c->name, pb.dtype, pb.tensor, pb.count, &err);
-    nd_params_body_free(&pb);
-    if (st)
-        return send_error(c, st, "%s", err.msg);
-    char *ok = NULL;
-    if (asprintf(&ok, "{\"registered\":\"%s\"}", c->name) < 0)
-        return MHD_NO;
-    return send_json(c, 200, ok);
+    return !atomic_load(&s->stopping) && !nd_server_broken(s);
 }
 
-/* ---- routing and the handler ---- */
+/* ======================================================================== the handler */
 
 static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const char *key,
                                      const char *value)
 {
     conn *c = cls;
-    if (c->nquery == MAX_QUERY_ARGS) {
+    if (c->nquery == ND_MAX_QUERY_ARGS) {
         c->query_overflow = 1;
         return MHD_NO;
     }
@@ -350,39 +171,10 @@ static enum MHD_Result collect_query(void *cls, enum MHD_ValueKind kind, const c
     return MHD_YES;
 }
 
-/* Fills c->route (and op or name); returns 0, or 404 for an unknown path, 405 for a known path
- * with the wrong method. */
-static int route_request(conn *c, const char *url, const char *method)
-{
-    c->metrics_op = ND_METRICS_OP_OTHER;
-    if (!strcmp(url, "/healthz") || !strcmp(url, "/metrics")) {
-        c->route = url[1] == 'h' ? R_HEALTH : R_METRICS;
-        return strcmp(method, "GET") && strcmp(method, "HEAD") ? 405 : 0;
-    }
-    if (!strcmp(url, "/v1/params") || !strcmp(url, "/v1/params/")) {
-        c->route = R_PARAMS_LIST;
-        return strcmp(method, "GET") ? 405 : 0;
-    }
-    if (!strncmp(url, "/v1/params/", 11)) {
-        const char *name = url + 11;
-        if (strlen(name) >= sizeof c->name)
-            return 404;
-        strcpy(c->name, name);
-        c->route = R_PARAMS_ONE;
-        return strcmp(method, "GET") && strcmp(method, "PUT") && strcmp(method, "DELETE") ? 405
-                                                                                          : 0;
-    }
-    if (!strncmp(url, "/v1/", 4) && nd_op_from_name(url + 4, &c->op) == 0) {
-        c->route = R_OP;
-        c->metrics_op = (int)c->op;
-        return strcmp(method, "POST") ? 405 : 0;
-    }
-    return 404;
-}
-
-/* JSON or raw binary, from Content-Type. curl's default for --data-binary
+/* JSON or raw binary for /v1, from Content-Type. curl's default for --data-binary
  * (application/x-www-form-urlencoded) and a missing type are taken as raw binary when the query
- * string carries the metadata, as JSON otherwise; anything else is 415. */
+ * string carries the metadata, as JSON otherwise; anything else is 415. /v2 bodies are always a
+ * JSON header (and binary tensors after it), whatever the type says. */
 static int pick_media(conn *c, const char *ctype)
 {
     size_t n = ctype ? strcspn(ctype, "; ") : 0;
@@ -398,6 +190,175 @@ static int pick_media(conn *c, const char *ctype)
     return 0;
 }
 
+/* 1 gzip, 2 deflate, 0 neither, from Accept-Encoding (q=0 excludes a coding). */
+static int pick_answer_encoding(const char *accept)
+{
+    if (!accept)
+        return 0;
+    int best = 0;
+    const char *p = accept;
+    while (*p) {
+        p += strspn(p, " ,");
+        size_t n = strcspn(p, ",;");
+        int coding = (n == 4 && !strncasecmp(p, "gzip", 4))      ? 1
+                     : (n == 7 && !strncasecmp(p, "deflate", 7)) ? 2
+                                                                   : 0;
+        const char *end = p + strcspn(p, ",");
+        const char *q = memchr(p, ';', (size_t)(end - p));
+        if (q) {
+            const char *qv = strstr(q, "q=");
+            if (qv && qv < end && strtod(qv + 2, NULL) <= 0)
+                coding = 0;
+        }
+        if (coding && (!best || coding < best))
+            best = coding;
+        p = *end ? end + 1 : end;
+    }
+    return best;
+}
+
+static void op_list(char *buf, size_t size)
+{
+    buf[0] = '\0';
+    for (int k = 0; k < ND_OP_COUNT; k++) {
+        size_t n = strlen(buf);
+        snprintf(buf + n, size - n, "%s%s", k ? ", " : "", nd_op_name((nd_op)k));
+    }
+}
+
+/* The request's first call: route and header checks. Answers errors at once. */
+static enum MHD_Result begin_request(conn *c, const char *url, const char *method)
+{
+    nd_server *s = c->srv;
+    struct MHD_Connection *mc = c->mc;
+    MHD_get_connection_values(mc, MHD_GET_ARGUMENT_KIND, collect_query, c);
+    int st = nd_v1_route(c, url, method);
+    if (st < 0)
+        st = nd_v2_route(c, url, method);
+    if (st < 0 || st == 404) {
+        c->metrics_op = ND_METRICS_OP_OTHER;
+        char ops[96];
+        op_list(ops, sizeof ops);
+        if (!strncmp(url, "/v1/", 4) && !strchr(url + 4, '/'))
+            return nd_conn_send_error(c, 404, "no such operator: %s (operators: %s)", url + 4,
+                                      ops);
+        if (!strncmp(url, "/v2/models/", 11))
+            return nd_conn_send_error(c, 404, "no such model or version: %s (models: %s, "
+                                              "version " ND_V2_VERSION ")", url, ops);
+        return nd_conn_send_error(c, 404, "no such endpoint: %s %s", method, url);
+    }
+    if (st == 405)
+        return nd_conn_send_error(c, 405, "%s is not allowed on %s (allowed: %s)", method, url,
+                                  c->allow ? c->allow : "");
+    if (c->query_overflow)
+        return nd_conn_send_error(c, 400, "more than %d query parameters", ND_MAX_QUERY_ARGS);
+    if (strcmp(method, "POST") && strcmp(method, "PUT"))
+        return MHD_YES;
+
+    if (c->route != R_V2_INFER) {
+        const char *ctype =
+            MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+        if (pick_media(c, ctype))
+            return nd_conn_send_error(c, 415, "Content-Type \"%s\" is not supported; send "
+                                              "application/json or application/octet-stream",
+                                      ctype);
+    }
+    const char *cenc =
+        MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    if (cenc && nd_encoding_from_name(cenc) < 0)
+        return nd_conn_send_error(c, 415, "Content-Encoding \"%s\" is not supported; send "
+                                          "gzip, deflate or identity", cenc);
+    c->gzip_answer = pick_answer_encoding(
+        MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING));
+
+    const char *clen =
+        MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    unsigned long long declared = clen ? strtoull(clen, NULL, 10) : 0;
+    if (declared > s->cfg.max_body_bytes)
+        return nd_conn_send_error(c, 413, "body of %llu bytes is over the limit of %zu "
+                                          "(--max-body-bytes)",
+                                  declared, s->cfg.max_body_bytes);
+    /* The byte budget: a request is charged twice its body (the body, then an answer about as
+     * large) from now until it completes; one that would pass the budget is turned away before
+     * its body is read. */
+    if (declared) {
+        long long charge = 2 * (long long)declared;
+        long long after = atomic_fetch_add(&s->inflight_bytes, charge) + charge;
+        c->charged = charge;
+        if (after > (long long)s->cfg.max_inflight_bytes && after != charge)
+            return nd_conn_send_error(c, 503, "%llu-byte body would pass the in-flight byte "
+                                              "budget of %zu (--max-inflight-bytes); retry later",
+                                      declared, s->cfg.max_inflight_bytes);
+        /* Reserve what the client declared, up to BODY_RESERVE_MAX: a declared length is a
+         * promise, not bytes, and many idle connections must not pin large buffers. */
+        size_t want = declared + 1 < BODY_RESERVE_MAX ? declared + 1 : BODY_RESERVE_MAX;
+        c->body = malloc(want);
+        if (!c->body)
+            return nd_conn_send_error(c, 503, "out of memory for a %llu-byte body", declared);
+        c->cap = want;
+    }
+    return MHD_YES;
+}
+
+/* Appends a body chunk. Beyond the body limit the rest is read and dropped (413 at the end). */
+static enum MHD_Result append_body(conn *c, const char *upload, size_t n)
+{
+    nd_server *s = c->srv;
+    if (c->too_large || c->len + n > s->cfg.max_body_bytes) {
+        c->too_large = 1;
+        return MHD_YES;
+    }
+    if (c->len + n + 1 > c->cap) {
+        size_t cap = c->cap ? c->cap : 4096;
+        while (cap < c->len + n + 1)
+            cap *= 2;
+        char *p = realloc(c->body, cap);
+        if (!p)
+            return MHD_NO;
+        c->body = p;
+        c->cap = cap;
+    }
+    memcpy(c->body + c->len, upload, n);
+    c->len += n;
+    /* A body without Content-Length (chunked) is charged as it grows. */
+    long long need = 2 * (long long)c->len;
+    if (need > c->charged) {
+        atomic_fetch_add(&s->inflight_bytes, need - c->charged);
+        c->charged = need;
+    }
+    return MHD_YES;
+}
+
+/* Inflates a gzip or deflate body in place of the received one; 0, or answers an error and
+ * returns the status. */
+static int decode_body(conn *c, enum MHD_Result *ret)
+{
+    const char *cenc = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND,
+                                                   MHD_HTTP_HEADER_CONTENT_ENCODING);
+    int enc = cenc ? nd_encoding_from_name(cenc) : ND_ENC_IDENTITY;
+    if (enc == ND_ENC_IDENTITY || !c->body)
+        return 0;
+    void *out;
+    size_t out_len;
+    nd_error err = {{0}};
+    int st = nd_decompress(c->body, c->len, enc, c->srv->cfg.max_body_bytes, &out, &out_len,
+                           &err);
+    if (st) {
+        *ret = nd_conn_send_error(c, st, "%s", err.msg);
+        return st;
+    }
+    free(c->body);
+    c->body = out;
+    c->len = out_len;
+    c->cap = out_len + 1;
+    long long need = 2 * (long long)out_len;
+    if (need > c->charged) {
+        atomic_fetch_add(&c->srv->inflight_bytes, need - c->charged);
+        c->charged = need;
+    }
+    return 0;
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char *url,
                                const char *method, const char *version, const char *upload,
                                size_t *upload_size, void **con_cls)
@@ -410,98 +371,37 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
             return MHD_NO;
         c->srv = s;
         c->mc = mc;
-        c->t_start = now_s();
+        c->t_start = nd_now_s();
         *con_cls = c;
-        MHD_get_connection_values(mc, MHD_GET_ARGUMENT_KIND, collect_query, c);
-        int st = route_request(c, url, method);
-        if (st == 404)
-            return send_error(c, 404, "no such endpoint: %s %s", method, url);
-        if (st == 405)
-            return send_error(c, 405, "%s is not allowed on %s", method, url);
-        if (c->query_overflow)
-            return send_error(c, 400, "more than %d query parameters", MAX_QUERY_ARGS);
-        if (!strcmp(method, "POST") || !strcmp(method, "PUT")) {
-            const char *ctype = MHD_lookup_connection_value(mc, MHD_HEADER_KIND,
-                                                            MHD_HTTP_HEADER_CONTENT_TYPE);
-            if (pick_media(c, ctype))
-                return send_error(c, 415, "Content-Type \"%s\" is not supported; send "
-                                          "application/json or application/octet-stream",
-                                  ctype);
-            const char *clen = MHD_lookup_connection_value(mc, MHD_HEADER_KIND,
-                                                           MHD_HTTP_HEADER_CONTENT_LENGTH);
-            unsigned long long declared = clen ? strtoull(clen, NULL, 10) : 0;
-            if (declared > s->cfg.max_body_bytes)
-                return send_error(c, 413, "body of %llu bytes is over the limit of %zu "
-                                          "(--max-body-bytes)",
-                                  declared, s->cfg.max_body_bytes);
-            /* Reserve what the client declared, up to BODY_RESERVE_MAX: a declared length is a
-             * promise, not bytes, and many idle connections must not pin large buffers. */
-            if (declared) {
-                size_t want = declared + 1 < BODY_RESERVE_MAX ? declared + 1 : BODY_RESERVE_MAX;
-                c->body = malloc(want);
-                if (!c->body)
-                    return send_error(c, 503, "out of memory for a %llu-byte body", declared);
-                c->cap = want;
-            }
-        }
-        return MHD_YES;
+        atomic_fetch_add(&s->requests_open, 1);
+        return begin_request(c, url, method);
     }
 
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
-        if (c->too_large || c->len + n > s->cfg.max_body_bytes) {
-            c->too_large = 1;
-            return MHD_YES;
-        }
-        if (c->len + n + 1 > c->cap) {
-            size_t cap = c->cap ? c->cap : 4096;
-            while (cap < c->len + n + 1)
-                cap *= 2;
-            char *p = realloc(c->body, cap);
-            if (!p)
-                return MHD_NO;
-            c->body = p;
-            c->cap = cap;
-        }
-        memcpy(c->body + c->len, upload, n);
-        c->len += n;
-        return MHD_YES;
+        return append_body(c, upload, n);
     }
 
     /* The whole body is here (or there was none), or a suspended job has finished. */
     int state = atomic_load(&c->state);
-    if (state == J_DONE)
-        return send_job_result(c);
+    if (state == J_DONE) {
+        const nd_job *j = &c->job;
+        nd_metrics_job(s->metrics, j->req.op, j->status == 200, nd_now_s() - c->t_start,
+                       j->queue_s, j->input_s, j->infer_s, j->output_s);
+        return c->form == FORM_V2 ? nd_v2_send_result(c) : nd_v1_send_result(c);
+    }
     if (state == J_QUEUED)
         return MHD_YES; /* spurious wake-up: still waiting */
     if (c->too_large)
-        return send_error(c, 413, "body is over the limit of %zu bytes (--max-body-bytes)",
-                          s->cfg.max_body_bytes);
+        return nd_conn_send_error(c, 413, "body is over the limit of %zu bytes "
+                                          "(--max-body-bytes)", s->cfg.max_body_bytes);
+    enum MHD_Result ret;
+    if (decode_body(c, &ret))
+        return ret;
     if (c->body)
         c->body[c->len] = '\0';
-    switch (c->route) {
-    case R_HEALTH: {
-        char *h = NULL;
-        if (asprintf(&h, "{\"status\":\"%s\",\"backend\":\"%s\"}",
-                     nd_server_broken(s) ? "broken" : "ok", s->engine->vt->name) < 0)
-            return MHD_NO;
-        return send_json(c, nd_server_broken(s) ? 503 : 200, h);
-    }
-    case R_METRICS: {
-        size_t len;
-        char *text = nd_metrics_render(s->metrics, &len);
-        if (!text)
-            return send_error(c, 500, "out of memory");
-        return send_buffer(c, 200, "text/plain; version=0.0.4", text, len, 1);
-    }
-    case R_PARAMS_LIST:
-    case R_PARAMS_ONE:
-        return handle_params(c, method);
-    case R_OP:
-        return handle_op(c);
-    }
-    return MHD_NO;
+    return c->route >= R_V2_SERVER ? nd_v2_handle(c, method) : nd_v1_handle(c, method);
 }
 
 static void request_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
@@ -511,22 +411,33 @@ static void request_completed(void *cls, struct MHD_Connection *mc, void **con_c
     conn *c = *con_cls;
     if (!c)
         return;
-    /* A job still queued keeps its conn: that cannot happen, because a suspended connection is
-     * not closed by libmicrohttpd and the server stops only after every job has finished. */
+    /* A queued job cannot be here: its connection stays suspended, which libmicrohttpd never
+     * closes, until the job is done. */
     if (c->job.pset)
         nd_params_release(s->params, c->job.pset);
     nd_request_free(&c->job.req);
+    nd_v2_request_free(&c->v2);
     free(c->job.y);
     free(c->job.mean);
     free(c->job.rstd);
     free(c->body);
+    if (c->charged)
+        atomic_fetch_sub(&s->inflight_bytes, c->charged);
     if (c->counted)
         atomic_fetch_sub(&s->jobs_open, 1);
     free(c);
     *con_cls = NULL;
+    atomic_fetch_sub(&s->requests_open, 1);
 }
 
-/* ---- lifecycle ---- */
+static void connection_notify(void *cls, struct MHD_Connection *mc, void **socket_context,
+                              enum MHD_ConnectionNotificationCode toe)
+{
+    nd_server *s = cls;
+    atomic_fetch_add(&s->connections, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+}
+
+/* ======================================================================== lifecycle */
 
 static int listen_unix(const char *path, nd_error *err)
 {
@@ -546,8 +457,61 @@ static int listen_unix(const char *path, nd_error *err)
     return fd;
 }
 
-static struct MHD_Daemon *start_daemon(nd_server *s, const struct sockaddr *sa, int fd,
-                                       int ipv6)
+/* A listening TCP socket of our own (rather than libmicrohttpd's), so that an address in use is
+ * reported as such. SO_REUSEADDR only: a restart may bind while old connections linger in
+ * TIME_WAIT, but a second live daemon on the same port is refused (SO_REUSEPORT would let two
+ * daemons split the traffic without a word). */
+static int listen_tcp(const char *host, unsigned port, int *ipv6, unsigned *bound, nd_error *err)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    char ports[8];
+    snprintf(ports, sizeof ports, "%u", port);
+    int rc = getaddrinfo(host, ports, &hints, &ai);
+    if (rc) {
+        nd_error_set(err, ND_EINVAL, "listen %s: %s", host, gai_strerror(rc));
+        return -1;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+        bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 1024) < 0) {
+        int e = errno;
+        nd_error_set(err, ND_EINVAL, "cannot listen on %s:%u: %s%s", host, port, strerror(e),
+                     e == EADDRINUSE ? " (another process, perhaps another normd, holds it; "
+                                       "stop it or choose another port with --listen HOST:PORT)"
+                                     : "");
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(ai);
+        return -1;
+    }
+    *ipv6 = ai->ai_family == AF_INET6;
+    freeaddrinfo(ai);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    *bound = port;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+        *bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                : ((struct sockaddr_in *)&ss)->sin_port);
+    return fd;
+}
+
+/* libmicrohttpd's own messages are mostly about clients (one that closed with its request half
+ * sent, one that reset the connection): normal for a server, so only shown at --verbose 2. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    const nd_server *s = cls;
+    if (s->cfg.verbose < 2)
+        return;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    fprintf(stderr, "normd: libmicrohttpd: %s%s", msg,
+            msg[0] && msg[strlen(msg) - 1] == '\n' ? "" : "\n");
+}
+
+static struct MHD_Daemon *start_daemon(nd_server *s, int fd, int ipv6)
 {
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
                      MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_ITC;
@@ -556,15 +520,42 @@ static struct MHD_Daemon *start_daemon(nd_server *s, const struct sockaddr *sa, 
     struct MHD_OptionItem opts[] = {
         {MHD_OPTION_THREAD_POOL_SIZE, (intptr_t)s->cfg.threads, NULL},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)request_completed, s},
+        {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)connection_notify, s},
         {MHD_OPTION_CONNECTION_TIMEOUT, 120, NULL},
         {MHD_OPTION_CONNECTION_LIMIT, 10000, NULL},
-        {MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, NULL},
-        {sa ? MHD_OPTION_SOCK_ADDR : MHD_OPTION_LISTEN_SOCKET, sa ? 0 : (intptr_t)fd,
-         (void *)sa},
+        {MHD_OPTION_LISTEN_SOCKET, (intptr_t)fd, NULL},
+        {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, s},
         {MHD_OPTION_END, 0, NULL},
     };
     return MHD_start_daemon(flags, 0, NULL, NULL, handler, s, MHD_OPTION_ARRAY, opts,
                             MHD_OPTION_END);
+}
+
+/* One daemon for each listening socket that systemd passed; 0, or -1 with a message. A passed
+ * socket that others can reach is refused while the admin routes are open, as --listen is. */
+static int start_passed(nd_server *s, nd_error *err)
+{
+    int fds[ND_LISTEN_FDS_MAX];
+    int n = nd_listen_fds(fds, ND_LISTEN_FDS_MAX, err);
+    for (int i = 0; i < n; i++) {
+        if (!s->cfg.admin_token[0] && !s->cfg.allow_open_admin && !nd_socket_local(fds[i])) {
+            nd_error_set(err, ND_EINVAL, "passed socket %d listens beyond loopback with the "
+                         "admin routes open: give --admin-token-file FILE, or "
+                         "--allow-open-admin", fds[i]);
+            goto fail;
+        }
+        s->passed[i] = start_daemon(s, fds[i], nd_socket_ipv6(fds[i]));
+        if (!s->passed[i]) {
+            nd_error_set(err, ND_EINVAL, "cannot serve on passed socket %d", fds[i]);
+            goto fail;
+        }
+        s->npassed = i + 1;
+    }
+    return n < 0 ? -1 : 0;
+fail:
+    for (int i = s->npassed; i < n; i++)
+        close(fds[i]);
+    return -1;
 }
 
 nd_server *nd_server_start(const nd_config *cfg, nd_error *err)
@@ -575,6 +566,7 @@ nd_server *nd_server_start(const nd_config *cfg, nd_error *err)
         return NULL;
     }
     s->cfg = *cfg;
+    s->t_started = nd_now_s();
     s->metrics = nd_metrics_create();
     if (!s->metrics) {
         nd_error_set(err, ND_ENOMEM, "out of memory");
@@ -594,32 +586,30 @@ nd_server *nd_server_start(const nd_config *cfg, nd_error *err)
     if (!s->batcher)
         goto fail;
 
-    if (cfg->listen_host[0]) {
-        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                                 .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
-        struct addrinfo *ai = NULL;
-        char port[8];
-        snprintf(port, sizeof port, "%u", cfg->listen_port);
-        int rc = getaddrinfo(cfg->listen_host, port, &hints, &ai);
-        if (rc) {
-            nd_error_set(err, ND_EINVAL, "listen %s: %s", cfg->listen_host, gai_strerror(rc));
+    /* The listeners open last: the engine is warm by now, so the first request pays no
+     * start-up cost, and one that arrives earlier waits in the kernel's accept queue.
+     * Sockets passed by systemd (socket activation) replace the default --listen, not one given
+     * explicitly; --unix is opened either way. */
+    if (start_passed(s, err) < 0)
+        goto fail;
+    if (cfg->listen_host[0] && (s->npassed == 0 || cfg->listen_given)) {
+        int ipv6 = 0;
+        int fd = listen_tcp(cfg->listen_host, cfg->listen_port, &ipv6, &s->port, err);
+        if (fd < 0)
             goto fail;
-        }
-        s->tcp = start_daemon(s, ai->ai_addr, -1, ai->ai_family == AF_INET6);
-        freeaddrinfo(ai);
+        s->tcp = start_daemon(s, fd, ipv6);
         if (!s->tcp) {
-            nd_error_set(err, ND_EINVAL, "cannot listen on %s:%u (in use, or not an address "
-                                         "of this machine?)", cfg->listen_host, cfg->listen_port);
+            close(fd);
+            nd_error_set(err, ND_EINVAL, "cannot serve on %s:%u", cfg->listen_host,
+                         cfg->listen_port);
             goto fail;
         }
-        const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->tcp, MHD_DAEMON_INFO_BIND_PORT);
-        s->port = info ? info->port : cfg->listen_port;
     }
     if (cfg->unix_path[0]) {
         int fd = listen_unix(cfg->unix_path, err);
         if (fd < 0)
             goto fail;
-        s->unix_d = start_daemon(s, NULL, fd, 0);
+        s->unix_d = start_daemon(s, fd, 0);
         if (!s->unix_d) {
             close(fd);
             nd_error_set(err, ND_EINVAL, "cannot serve on unix socket %s", cfg->unix_path);
@@ -637,9 +627,19 @@ unsigned nd_server_port(const nd_server *s)
     return s->port;
 }
 
+int nd_server_passed_sockets(const nd_server *s)
+{
+    return s->npassed;
+}
+
 const char *nd_server_backend(const nd_server *s)
 {
     return s->engine->vt->name;
+}
+
+double nd_server_startup_seconds(const nd_server *s)
+{
+    return nd_now_s() - s->t_started;
 }
 
 int nd_server_broken(const nd_server *s)
@@ -647,34 +647,52 @@ int nd_server_broken(const nd_server *s)
     return s->engine && s->engine->vt->broken && s->engine->vt->broken(s->engine);
 }
 
-void nd_server_stop(nd_server *s, double grace_s)
+static void quiesce(struct MHD_Daemon *d)
+{
+    if (!d)
+        return;
+    MHD_socket fd = MHD_quiesce_daemon(d);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+}
+
+void nd_server_stop(nd_server *s, double drain_s)
 {
     if (!s)
         return;
+    /* 1. Not ready any more, and every answer from now on closes its connection. */
     atomic_store(&s->stopping, 1);
-    /* 1. No new connections. Existing keep-alive connections may still send requests; the
-     *    batcher answers those with 503 once closed. */
-    if (s->tcp) {
-        MHD_socket fd = MHD_quiesce_daemon(s->tcp);
-        if (fd != MHD_INVALID_SOCKET)
-            close(fd);
+    /* 2. No new connections. */
+    quiesce(s->tcp);
+    quiesce(s->unix_d);
+    for (int i = 0; i < s->npassed; i++)
+        quiesce(s->passed[i]);
+    /* 3. Answer every request already started, queued or running. A keep-alive connection with
+     *    no request gets a short grace in which a request already on its way is still answered;
+     *    then idle connections are closed. */
+    const double t0 = nd_now_s(), until = t0 + drain_s;
+    const double idle_until = t0 + (drain_s < DRAIN_IDLE_GRACE_S ? drain_s : DRAIN_IDLE_GRACE_S);
+    for (;;) {
+        double now = nd_now_s();
+        if (now >= until)
+            break;
+        if (atomic_load(&s->requests_open) == 0 &&
+            (atomic_load(&s->connections) == 0 || now >= idle_until))
+            break;
+        usleep(2000);
     }
-    if (s->unix_d) {
-        MHD_socket fd = MHD_quiesce_daemon(s->unix_d);
-        if (fd != MHD_INVALID_SOCKET)
-            close(fd);
-    }
-    /* 2. Run everything queued; every job's connection is resumed with its answer. */
+    if (s->cfg.verbose >= 1 && (atomic_load(&s->requests_open) > 0))
+        fprintf(stderr, "normd: drain time (%.0f s) passed with %d requests unanswered\n",
+                drain_s, atomic_load(&s->requests_open));
+    /* 4. Run anything still queued (answers go nowhere once the listeners stop). */
     if (s->batcher)
         nd_batcher_drain(s->batcher);
-    /* 3. Let libmicrohttpd send those answers before the connections are closed. */
-    double until = now_s() + grace_s;
-    while (atomic_load(&s->jobs_open) > 0 && now_s() < until)
-        usleep(2000);
     if (s->tcp)
         MHD_stop_daemon(s->tcp);
     if (s->unix_d)
         MHD_stop_daemon(s->unix_d);
+    for (int i = 0; i < s->npassed; i++)
+        MHD_stop_daemon(s->passed[i]);
     if (s->cfg.unix_path[0])
         unlink(s->cfg.unix_path);
     nd_batcher_destroy(s->batcher);

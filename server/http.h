@@ -23,7 +23,11 @@ nd_server *nd_server_start(const nd_config *cfg, nd_error *err);
 
 /* The TCP port actually bound (useful with --listen HOST:0), 0 when TCP is off. */
 unsigned nd_server_port(const nd_server *s);
+/* How many listening sockets systemd passed (socket activation) are being served. */
+int nd_server_passed_sockets(const nd_server *s);
 const char *nd_server_backend(const nd_server *s);
+/* Seconds from nd_server_start's call to now (its return, when asked right after). */
+double nd_server_startup_seconds(const nd_server *s);
 /* Nonzero once the engine reported that it cannot run anything any more. */
 int nd_server_broken(const nd_server *s);
 

@@ -3,6 +3,7 @@
  * gracefully (everything accepted is answered), exit 0. Exits non-zero when the engine reports a
  * lost device context, so that a supervisor restarts the daemon.
  */
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,15 +12,29 @@
 
 #include "config.h"
 #include "http.h"
+#include "version.h"
+
+/* Blocks from this size up are mmap'ed by glibc and go back to the system when freed. glibc
+ * starts at the same 128 KiB but raises the threshold each time such a block is freed (up to
+ * 32 MiB), after which request bodies and answers come from the heap arenas, one per thread,
+ * which keep what they once held: 400 clients that sent a 1 MiB body and left grew the daemon by
+ * hundreds of MB for good. Setting the threshold fixes it (and turns the raising off); the price
+ * is an mmap and page faults per large buffer, small next to receiving or computing it. */
+#define MMAP_THRESHOLD (128 * 1024)
 
 int main(int argc, char **argv)
 {
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
     nd_config cfg;
     nd_error err = {{0}};
     nd_config_defaults(&cfg);
     int rc = nd_config_load(&cfg, argc, argv, &err);
     if (rc == 1)
         return 0;
+    if (rc == 2) {
+        printf("normd %s\n", ND_VERSION_STRING);
+        return 0;
+    }
     if (rc < 0) {
         fprintf(stderr, "normd: %s\n", err.msg);
         return 2;
@@ -32,18 +47,29 @@ int main(int argc, char **argv)
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* Load every CUDA kernel when the context is made, not on its first launch: a live request
+     * must not pay for module loading (tens of ms). An explicit setting from the environment
+     * wins. */
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 
     nd_server *srv = nd_server_start(&cfg, &err);
     if (!srv) {
         fprintf(stderr, "normd: %s\n", err.msg);
         return 1;
     }
-    if (cfg.listen_host[0])
-        printf("normd: listening on http://%s:%u (backend %s)\n", cfg.listen_host,
-               nd_server_port(srv), nd_server_backend(srv));
+    double startup_s = nd_server_startup_seconds(srv);
+    int passed = nd_server_passed_sockets(srv);
+    if (passed)
+        printf("normd %s: listening on %d socket%s passed by systemd (backend %s, ready in "
+               "%.2f s)\n", ND_VERSION_STRING, passed, passed > 1 ? "s" : "",
+               nd_server_backend(srv), startup_s);
+    if (cfg.listen_host[0] && (!passed || cfg.listen_given))
+        printf("normd %s: listening on http://%s:%u (backend %s, ready in %.2f s)\n",
+               ND_VERSION_STRING, cfg.listen_host, nd_server_port(srv), nd_server_backend(srv),
+               startup_s);
     if (cfg.unix_path[0])
-        printf("normd: listening on unix:%s (backend %s)\n", cfg.unix_path,
-               nd_server_backend(srv));
+        printf("normd %s: listening on unix:%s (backend %s, ready in %.2f s)\n",
+               ND_VERSION_STRING, cfg.unix_path, nd_server_backend(srv), startup_s);
     fflush(stdout);
 
     int broken = 0;
@@ -62,6 +88,6 @@ int main(int argc, char **argv)
             break;
         }
     }
-    nd_server_stop(srv, 30.0);
+    nd_server_stop(srv, (double)cfg.drain_seconds);
     return broken ? 3 : 0;
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_DEVICES 16
 #define MAX_BUCKETS 24
@@ -45,6 +46,18 @@ typedef struct device_stats {
     histogram compute_s, queue_wait_s, kernel_s;
 } device_stats;
 
+/* The stages of a request, as nd_metrics_job reports them. */
+enum { STAGE_QUEUE, STAGE_INPUT, STAGE_INFER, STAGE_OUTPUT, STAGE_TOTAL, STAGE_COUNT };
+static const char *const stage_names[STAGE_COUNT] = {"queue", "input", "compute", "output",
+                                                     "total"};
+
+typedef struct op_stats {
+    uint64_t success, fail;
+    double success_s, fail_s, stage_s[STAGE_COUNT];
+    uint64_t stage_n[STAGE_COUNT];
+    uint64_t last_ms;
+} op_stats;
+
 struct nd_metrics {
     pthread_mutex_t lock; /* guards everything below */
     uint64_t requests[ND_OP_COUNT + 1][CODE_SLOTS];
@@ -53,6 +66,8 @@ struct nd_metrics {
     histogram batch_rows;
     histogram request_s;
     int64_t queue_depth;
+    op_stats ops[ND_OP_COUNT];
+    histogram stage_s[STAGE_COUNT];
     device_stats dev[MAX_DEVICES];
     int ndev;
 };
@@ -83,6 +98,9 @@ nd_metrics *nd_metrics_create(void)
     hist_init(&m->batch_rows, rows_bounds, (int)(sizeof rows_bounds / sizeof rows_bounds[0]));
     hist_init(&m->request_s, seconds_bounds,
               (int)(sizeof seconds_bounds / sizeof seconds_bounds[0]));
+    for (int k = 0; k < STAGE_COUNT; k++)
+        hist_init(&m->stage_s[k], seconds_bounds,
+                  (int)(sizeof seconds_bounds / sizeof seconds_bounds[0]));
     for (int d = 0; d < MAX_DEVICES; d++) {
         hist_init(&m->dev[d].compute_s, seconds_bounds,
                   (int)(sizeof seconds_bounds / sizeof seconds_bounds[0]));
@@ -118,6 +136,62 @@ void nd_metrics_request(nd_metrics *m, int op, int code, double seconds)
     m->requests[op][code_slot(code)]++;
     if (op != ND_METRICS_OP_OTHER)
         hist_observe(&m->request_s, seconds);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void nd_metrics_job(nd_metrics *m, nd_op op, int ok, double total_s, double queue_s,
+                    double input_s, double infer_s, double output_s)
+{
+    if ((int)op < 0 || op >= ND_OP_COUNT)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const double stage[STAGE_COUNT] = {queue_s, input_s, infer_s, output_s, total_s};
+    pthread_mutex_lock(&m->lock);
+    op_stats *o = &m->ops[op];
+    if (ok) {
+        o->success++;
+        o->success_s += total_s;
+    } else {
+        o->fail++;
+        o->fail_s += total_s;
+    }
+    o->last_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    for (int k = 0; k < STAGE_COUNT; k++) {
+        /* a stage the request never reached (a failed batch) is not a zero-length stage */
+        if (k != STAGE_TOTAL && stage[k] <= 0 && !(k == STAGE_QUEUE && ok))
+            continue;
+        o->stage_s[k] += stage[k];
+        o->stage_n[k]++;
+        hist_observe(&m->stage_s[k], stage[k]);
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+void nd_metrics_v2_stats(nd_metrics *m, nd_op op, nd_v2_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if ((int)op < 0 || op >= ND_OP_COUNT)
+        return;
+    pthread_mutex_lock(&m->lock);
+    const op_stats *o = &m->ops[op];
+#define NS(sec) ((uint64_t)((sec) * 1e9 + 0.5))
+    out->last_inference_ms = o->last_ms;
+    out->inference_count = o->success;
+    out->execution_count = m->batches[op] - m->batch_failures[op];
+    out->success_count = o->success;
+    out->success_ns = NS(o->success_s);
+    out->fail_count = o->fail;
+    out->fail_ns = NS(o->fail_s);
+    out->queue_count = o->stage_n[STAGE_QUEUE];
+    out->queue_ns = NS(o->stage_s[STAGE_QUEUE]);
+    out->compute_input_count = o->stage_n[STAGE_INPUT];
+    out->compute_input_ns = NS(o->stage_s[STAGE_INPUT]);
+    out->compute_infer_count = o->stage_n[STAGE_INFER];
+    out->compute_infer_ns = NS(o->stage_s[STAGE_INFER]);
+    out->compute_output_count = o->stage_n[STAGE_OUTPUT];
+    out->compute_output_ns = NS(o->stage_s[STAGE_OUTPUT]);
+#undef NS
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -315,6 +389,16 @@ char *nd_metrics_render(nd_metrics *m, size_t *len)
     buf_printf(&b, "# HELP normd_request_duration_seconds Operator requests, arrival to answer.\n"
                    "# TYPE normd_request_duration_seconds histogram\n");
     render_hist(&b, "normd_request_duration_seconds", "", &m->request_s);
+    buf_printf(&b, "# HELP normd_request_stage_seconds Where operator requests spent their "
+                   "time: queue (waiting for a batch), input (packing the batch), compute (the "
+                   "backend: copies to the device, kernel, copies back), output (scattering "
+                   "results), total (arrival to answer).\n"
+                   "# TYPE normd_request_stage_seconds histogram\n");
+    for (int k = 0; k < STAGE_COUNT; k++) {
+        char labels[32];
+        snprintf(labels, sizeof labels, "stage=\"%s\"", stage_names[k]);
+        render_hist(&b, "normd_request_stage_seconds", labels, &m->stage_s[k]);
+    }
     buf_printf(&b, "# HELP normd_queue_depth Requests accepted and waiting for a batch.\n"
                    "# TYPE normd_queue_depth gauge\nnormd_queue_depth %lld\n",
                (long long)m->queue_depth);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "../kernels/nd_ops.h"
+#include "../proto/nd_v2.h"
 
 typedef struct nd_metrics nd_metrics;
 
@@ -31,6 +32,13 @@ void nd_metrics_transfer(nd_metrics *m, int device, uint64_t h2d_bytes, uint64_t
 void nd_metrics_inflight_add(nd_metrics *m, int device, int delta);
 void nd_metrics_queue_depth_add(nd_metrics *m, int delta);
 int64_t nd_metrics_queue_depth(nd_metrics *m);
+/* One finished operator request (either protocol), with where its time went: total from arrival
+ * to answer, then the batcher's stages (see nd_job). Feeds the v2 statistics extension and the
+ * normd_request_stage_seconds histograms. */
+void nd_metrics_job(nd_metrics *m, nd_op op, int ok, double total_s, double queue_s,
+                    double input_s, double infer_s, double output_s);
+/* The v2 statistics of op so far (executions are the batches run for op). */
+void nd_metrics_v2_stats(nd_metrics *m, nd_op op, nd_v2_stats *out);
 /* Labels devices in the output ("cpu", "cuda:0", ...). At most 16 devices. */
 void nd_metrics_set_device_label(nd_metrics *m, int device, const char *label);
 

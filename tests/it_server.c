@@ -480,7 +480,7 @@ static const bad_case bad_cases[] = {
     {"POST", "/v1/layernorm", "text/plain", "{\"shape\":[1,2],\"data\":[1,2]}", 415,
      "text/plain"},
     {"POST", "/v1/layernorm", "application/json",
-     "{\"shape\":[1,2],\"data\":[1,2],\"params\":\"nope\"}", 400, "nope"},
+     "{\"shape\":[1,2],\"data\":[1,2],\"params\":\"nope\"}", 404, "nope"},
 };
 
 Test(server, bad_input_gets_a_clear_4xx_and_the_daemon_carries_on)
@@ -834,7 +834,7 @@ Test(server, registered_parameters_give_the_inline_answer)
     cr_assert_eq(r.code, 404);
     nd_resp_free(&r);
     r = post("rmsnorm", "application/json", "{\"shape\":[1,2],\"data\":[3,4],\"params\":\"w\"}");
-    cr_assert_eq(r.code, 400, "%s", r.body);
+    cr_assert_eq(r.code, 404, "a deleted set is unknown: %s", r.body);
     nd_resp_free(&r);
 }
 

@@ -4,6 +4,8 @@
 --   NORMD_OP     layernorm | rmsnorm | softmax | log_softmax   (default layernorm)
 --   NORMD_DTYPE  float16 | bfloat16 | float32                  (default float16)
 --   NORMD_SHAPE  comma-separated shape                         (default 8,4096)
+--   NORMD_PROTO  v1 (raw binary, /v1/{op}) | v2 (KServe v2 with binary tensors:
+--                Inference-Header-Content-Length, a JSON header, then x; y asked in binary)
 -- x is random bytes shaped into small finite values (|x| in [1/8, 8), either sign), so no NaN or
 -- infinity reaches the kernels; every wrk thread builds its own body once, in init.
 --
@@ -14,6 +16,7 @@
 local op = os.getenv("NORMD_OP") or "layernorm"
 local dtype = os.getenv("NORMD_DTYPE") or "float16"
 local shape = os.getenv("NORMD_SHAPE") or "8,4096"
+local proto = os.getenv("NORMD_PROTO") or "v1"
 
 local elems = 1
 for d in string.gmatch(shape, "%d+") do
@@ -55,8 +58,19 @@ end
 local req
 function init(args)
    local body = make_body(12345 + (id or 0))
-   local path = "/v1/" .. op .. "?shape=" .. shape .. "&dtype=" .. dtype
-   req = wrk.format("POST", path, {["Content-Type"] = "application/octet-stream"}, body)
+   if proto == "v2" then
+      local v2type = ({float32 = "FP32", float16 = "FP16", bfloat16 = "BF16"})[dtype]
+      local header = string.format(
+         '{"inputs":[{"name":"x","shape":[%s],"datatype":"%s","parameters":{"binary_data_size":%d}}],' ..
+         '"outputs":[{"name":"y","parameters":{"binary_data":true}}]}', shape, v2type, #body)
+      req = wrk.format("POST", "/v2/models/" .. op .. "/infer",
+                       {["Content-Type"] = "application/octet-stream",
+                        ["Inference-Header-Content-Length"] = tostring(#header)},
+                       header .. body)
+   else
+      local path = "/v1/" .. op .. "?shape=" .. shape .. "&dtype=" .. dtype
+      req = wrk.format("POST", path, {["Content-Type"] = "application/octet-stream"}, body)
+   end
 end
 
 function request()

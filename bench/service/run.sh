@@ -10,6 +10,7 @@
 # Configurations (CONFIGS, space separated):
 #   <backend>-batch    --backend <backend>, batching as configured (the default policy)
 #   <backend>-nobatch  --backend <backend> --max-batch-rows <one request's rows>: batching off
+#   <backend>-v2       as <backend>-batch, the requests sent over KServe v2 with binary tensors
 #   null               --backend null: no compute, the HTTP ceiling
 # Workloads: layernorm float16 8x4096 and rmsnorm bfloat16 1x4096 (x only).
 #
@@ -63,7 +64,7 @@ start_daemon() {
     "$NORMD_BIN" --listen 127.0.0.1:0 $NORMD_EXTRA "$@" >"$log" 2>&1 &
     daemon_pid=$!
     for _ in $(seq 300); do
-        daemon_port=$(sed -n 's/^normd: listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log")
+        daemon_port=$(sed -n 's/^normd.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log")
         [ -n "$daemon_port" ] && return 0
         kill -0 "$daemon_pid" 2>/dev/null || break
         sleep 0.1
@@ -106,6 +107,8 @@ for config in $CONFIGS; do
         backend=${config%-*}
         args=(--backend "$backend")
         [ "${config##*-}" = nobatch ] && args+=(--max-batch-rows "$rows")
+        proto=v1
+        [ "${config##*-}" = v2 ] && proto=v2
         log=$WORK/normd-$config-$op.log
         start_daemon "$log" "${args[@]}"
         echo "== $config $op $dtype $shape (port $daemon_port, ${args[*]})" >&2
@@ -115,13 +118,16 @@ for config in $CONFIGS; do
         code=$(post "$op" "$dtype" "$shape" "$WORK/$op.body" "$out")
         if [ "$code" != 200 ]; then
             spot[$config,$op]="FAIL_HTTP_$code"
+        elif [ "$proto" = v2 ]; then
+            spot[$config,$op]=v1_checked  # the v1 form was checked on this daemon; v2 framing is
+                                          # checked by make test
         elif [ "$backend" = null ]; then
             spot[$config,$op]=$(python3 "$here/spot_check.py" same "$out" "$WORK/$op.body" | tr ' ' '_')
         else
             spot[$config,$op]=pending
         fi
 
-        export NORMD_OP=$op NORMD_DTYPE=$dtype NORMD_SHAPE=$shape
+        export NORMD_OP=$op NORMD_DTYPE=$dtype NORMD_SHAPE=$shape NORMD_PROTO=$proto
         url=http://127.0.0.1:$daemon_port/
         wrk -t 2 -c 16 -d 1s -s "$here/post_binary.lua" "$url" >/dev/null # warm-up
         for c in $CONNS; do

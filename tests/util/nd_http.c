@@ -124,6 +124,11 @@ size_t nd_resp_header_cb(char *p, size_t size, size_t n, void *arg)
         {"x-normd-outputs:", offsetof(nd_resp, outputs), sizeof ((nd_resp *)0)->outputs},
         {"retry-after:", offsetof(nd_resp, retry_after), sizeof ((nd_resp *)0)->retry_after},
         {"allow:", offsetof(nd_resp, allow), sizeof ((nd_resp *)0)->allow},
+        {"inference-header-content-length:", offsetof(nd_resp, infer_header_len),
+         sizeof ((nd_resp *)0)->infer_header_len},
+        {"content-encoding:", offsetof(nd_resp, content_encoding),
+         sizeof ((nd_resp *)0)->content_encoding},
+        {"connection:", offsetof(nd_resp, connection), sizeof ((nd_resp *)0)->connection},
     };
     for (size_t i = 0; i < sizeof wanted / sizeof wanted[0]; i++) {
         size_t k = strlen(wanted[i].name);
@@ -137,8 +142,7 @@ size_t nd_resp_header_cb(char *p, size_t size, size_t n, void *arg)
     return len;
 }
 
-int nd_http_unix(const char *unix_path, const char *method, const char *url,
-                 const char *content_type, const void *body, size_t len, nd_resp *r)
+int nd_http_do(const nd_http_req *q, nd_resp *r)
 {
     memset(r, 0, sizeof *r);
     CURL *c = curl_easy_init();
@@ -146,20 +150,24 @@ int nd_http_unix(const char *unix_path, const char *method, const char *url,
         return -1;
     struct curl_slist *h = NULL;
     char ct[160];
-    if (content_type) {
-        snprintf(ct, sizeof ct, "Content-Type: %s", content_type);
+    if (q->content_type) {
+        snprintf(ct, sizeof ct, "Content-Type: %s", q->content_type);
         h = curl_slist_append(h, ct);
-    } else if (body)
+    } else if (q->body)
         h = curl_slist_append(h, "Content-Type:"); /* send none at all */
     h = curl_slist_append(h, "Expect:");
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    if (body) {
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    for (const char *const *p = q->headers; p && *p; p++)
+        h = curl_slist_append(h, *p);
+    curl_easy_setopt(c, CURLOPT_URL, q->url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, q->method);
+    if (q->body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, q->body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->len);
     }
-    if (unix_path)
-        curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, unix_path);
+    if (q->unix_path)
+        curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, q->unix_path);
+    if (q->accept_encoding)
+        curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, q->accept_encoding);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, nd_resp_body_cb);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
@@ -176,10 +184,18 @@ int nd_http_unix(const char *unix_path, const char *method, const char *url,
         r->len = 0;
     }
     if (rc != CURLE_OK) {
-        fprintf(stderr, "%s %s: %s\n", method, url, curl_easy_strerror(rc));
+        fprintf(stderr, "%s %s: %s\n", q->method, q->url, curl_easy_strerror(rc));
         return -1;
     }
     return 0;
+}
+
+int nd_http_unix(const char *unix_path, const char *method, const char *url,
+                 const char *content_type, const void *body, size_t len, nd_resp *r)
+{
+    nd_http_req q = {.method = method, .url = url, .unix_path = unix_path,
+                     .content_type = content_type, .body = body, .len = len};
+    return nd_http_do(&q, r);
 }
 
 int nd_http(const char *method, const char *url, const char *content_type, const void *body,

@@ -34,7 +34,23 @@ typedef struct nd_resp {
     char outputs[64];      /* X-Normd-Outputs */
     char retry_after[32];
     char allow[64];
+    char infer_header_len[32];  /* Inference-Header-Content-Length */
+    char content_encoding[32];
+    char connection[32];
 } nd_resp;
+
+/* A request with everything optional spelled out; nd_http and nd_http_unix are shorthands. */
+typedef struct nd_http_req {
+    const char *method, *url;
+    const char *unix_path;       /* NULL: TCP */
+    const char *content_type;    /* NULL: none sent */
+    const char *const *headers;  /* NULL-terminated "Name: value" lines, or NULL */
+    const void *body;
+    size_t len;
+    const char *accept_encoding; /* NULL: none; "" lets curl offer and decode what it can */
+} nd_http_req;
+
+int nd_http_do(const nd_http_req *q, nd_resp *r);
 
 /* One request. content_type may be NULL (no header); body may be NULL. unix_path, when not NULL,
  * sends it over that UNIX socket. Returns 0, or -1 when the transfer itself failed. */

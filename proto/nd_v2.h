@@ -1,0 +1,132 @@
+/*
+ * nd_v2.h - the KServe v2 / Open Inference Protocol wire format: bytes in, a validated request
+ * out; results in, bytes out. No I/O, no HTTP library, no GPU (like nd_proto.h, which it builds on).
+ *
+ * Each operator is a "model" named after it (layernorm, rmsnorm, softmax, log_softmax, prelu),
+ * version "1". An inference request names its tensors:
+ *   inputs:  "x" (required), and the optional parameter tensors "gamma", "beta" (layernorm),
+ *            "weight" (rmsnorm), "alpha" (prelu: 1 element, or one per channel)
+ *   outputs: "y"; "mean", "rstd" (layernorm, float32 per row); "rstd" (rmsnorm)
+ * Request parameters: "eps", "axis", "params" (a registered parameter set), "timeout"
+ * (microseconds, as Triton), "binary_data_output". Datatypes FP32, FP16, BF16; BF16 travels only
+ * as binary, as in Triton.
+ *
+ * The binary tensor data extension, as Triton defines it: when the HTTP header
+ * Inference-Header-Content-Length is present, the body is that many bytes of JSON followed by the
+ * tensors' bytes, in input order, each input saying its size in parameters.binary_data_size.
+ * Outputs go back in binary when the output asks parameters.binary_data=true or the request sets
+ * parameters.binary_data_output=true; the answer is then a JSON header (its length returned for the
+ * Inference-Header-Content-Length response header) followed by the outputs' bytes in the order of
+ * the JSON's "outputs". Little-endian, row-major.
+ */
+#ifndef ND_V2_H
+#define ND_V2_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nd_proto.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ND_V2_ID_MAX 256
+#define ND_V2_VERSION "1"
+
+/* A parsed v2 inference request: the operator request both protocols share, plus what only v2
+ * has. */
+typedef struct nd_v2_request {
+    nd_request req;         /* req.outputs: the outputs asked for (all the op has when the request
+                             * names none, as Triton), always with ND_OUT_Y: y is computed even
+                             * when not answered. req.wire: ND_WIRE_BINARY when x came as binary
+                             * data. */
+    char id[ND_V2_ID_MAX];  /* echoed in the answer; "" when the request had none */
+    int has_id;
+    unsigned binary_outputs; /* ND_OUT_* mask: the outputs to answer in binary (an output's own
+                              * parameters.binary_data, else the request's binary_data_output) */
+    unsigned output_order[3]; /* the outputs to answer, as ND_OUT_* bits, in the order the request
+                               * named them; when it named none (or []): y, mean, rstd, those the
+                               * op has. noutputs entries */
+    int noutputs;
+    int64_t timeout_us;     /* the "timeout" request parameter, 0 when absent */
+} nd_v2_request;
+
+/*
+ * Parse POST /v2/models/{op}/infer. header_len is the Inference-Header-Content-Length header's
+ * value as sent (NULL when absent: the whole body is JSON). 400 for a header that is not a
+ * non-negative decimal integer or runs past the body, an unknown or duplicate input name, a missing
+ * x, a datatype other than FP32/FP16/BF16 or inputs of different datatypes, a shape and data size
+ * that disagree, binary sizes that do not add up to the body, BF16 as JSON data, an output name
+ * the op does not have; 413 past max_elems (as nd_proto_parse_json). Tensors in binary point into
+ * body, which must outlive the request, at whatever alignment their offset gives (read them through
+ * memcpy, as the /v1 binary form's); JSON data is copied into req.owned. Returns 0 or an HTTP
+ * status with a message in err naming the field ("inputs[1].shape: ..."); on failure *out is
+ * zeroed and owns nothing.
+ */
+int nd_v2_parse_infer(nd_op op, const char *body, size_t len, const char *header_len,
+                      int64_t max_elems, nd_v2_request *out, nd_error *err);
+
+/* Releases what the request owns (nd_request_free of out->req). */
+void nd_v2_request_free(nd_v2_request *r);
+
+/*
+ * The answer to an inference request: {"model_name", "model_version", "id" (when the request had
+ * one), "outputs": [{"name", "datatype", "shape", "data" | "parameters": {"binary_data_size"}}]}
+ * followed, for binary outputs, by their bytes. y holds req.elems elements of req.dtype; mean and
+ * rstd nd_request_stat_rows floats each (NULL when not computed: the output is then left out, as
+ * nd_proto_encode_json does); none need be aligned. The outputs are output_order's (req.outputs's
+ * when noutputs is 0). mean and rstd have x's shape without its last dimension ([1] for a rank-1
+ * x). Numbers are written as nd_proto_encode_json writes them. *json_len is the length of the JSON
+ * part (== *out_len when nothing is binary). Returns 0, or -1 on allocation failure. *out is
+ * malloc'ed, with a NUL after *out_len bytes.
+ */
+int nd_v2_encode_infer(const nd_v2_request *r, const void *y, const float *mean,
+                       const float *rstd, char **out, size_t *out_len, size_t *json_len);
+
+/* ---- the other documents, each malloc'ed and NUL-terminated (NULL on allocation failure) ----
+ * They come from jansson's json_dumps: free() them unless jansson's allocator is replaced. */
+
+/* GET /v2: {"name":"normd","version":version,"extensions":[...]} */
+char *nd_v2_server_metadata_json(const char *version);
+
+/* GET /v2/models/{op}: {"name","versions":["1"],"platform":"normd","inputs":[...],"outputs":[...]}
+ * with -1 for variable dims. */
+char *nd_v2_model_metadata_json(nd_op op);
+
+/* The batching policy a model configuration reports. */
+typedef struct nd_v2_model_policy {
+    int64_t max_batch_rows;
+    int64_t max_delay_us;
+    int queue_limit;
+} nd_v2_model_policy;
+
+/* GET /v2/models/{op}/config: Triton's model configuration (name, platform, backend,
+ * max_batch_size 0, input, output, dynamic_batching, parameters). */
+char *nd_v2_model_config_json(nd_op op, const nd_v2_model_policy *policy);
+
+/* Per-model statistics for the statistics extension, cumulative since start. */
+typedef struct nd_v2_stats {
+    uint64_t last_inference_ms;   /* wall clock, ms since the epoch; 0 when none */
+    uint64_t inference_count;     /* requests run (Triton: inferences) */
+    uint64_t execution_count;     /* batches run */
+    uint64_t success_count, success_ns;
+    uint64_t fail_count, fail_ns;
+    uint64_t queue_count, queue_ns;
+    uint64_t compute_input_count, compute_input_ns;
+    uint64_t compute_infer_count, compute_infer_ns;
+    uint64_t compute_output_count, compute_output_ns;
+} nd_v2_stats;
+
+/* GET /v2/models/stats and /v2/models/{op}/stats: {"model_stats":[...]} for the nops models in
+ * ops, stats[i] belonging to ops[i]. */
+char *nd_v2_stats_json(const nd_op *ops, const nd_v2_stats *stats, int nops);
+
+/* "FP32", "FP16", "BF16". */
+const char *nd_v2_datatype_name(nd_dtype dt);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ND_V2_H */

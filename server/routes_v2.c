@@ -1,0 +1,197 @@
+/*
+ * routes_v2.c - the KServe v2 / Open Inference Protocol over HTTP (proto/nd_v2.h has the wire
+ * format). Each operator is a model of the same name with one version, "1":
+ *
+ *   GET  /v2                                 server metadata (name, version, extensions)
+ *   GET  /v2/health/live, /v2/health/ready   200 when true, 400 when not (as the protocol says)
+ *   GET  /v2/models/{op}[/versions/1]        model metadata
+ *   GET  /v2/models/{op}[/versions/1]/ready
+ *   GET  /v2/models/{op}[/versions/1]/config model configuration (Triton's extension)
+ *   GET  /v2/models/stats, /v2/models/{op}[/versions/1]/stats   statistics extension
+ *   POST /v2/models/{op}[/versions/1]/infer  inference, JSON or with binary tensors
+ *
+ * An inference request becomes the same nd_request a /v1 request does and joins the same batches.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http_conn.h"
+#include "version.h"
+
+/* ---- routing ---- */
+
+static int only_get(conn *c, const char *method)
+{
+    c->allow = "GET, HEAD";
+    return strcmp(method, "GET") && strcmp(method, "HEAD") ? 405 : 0;
+}
+
+int nd_v2_route(conn *c, const char *url, const char *method)
+{
+    if (strcmp(url, "/v2") && strcmp(url, "/v2/") && strncmp(url, "/v2/", 4))
+        return -1;
+    c->metrics_op = ND_METRICS_OP_OTHER;
+    if (!strcmp(url, "/v2") || !strcmp(url, "/v2/")) {
+        c->route = R_V2_SERVER;
+        return only_get(c, method);
+    }
+    if (!strcmp(url, "/v2/health/live")) {
+        c->route = R_V2_LIVE;
+        return only_get(c, method);
+    }
+    if (!strcmp(url, "/v2/health/ready")) {
+        c->route = R_V2_READY;
+        return only_get(c, method);
+    }
+    if (!strcmp(url, "/v2/models/stats")) {
+        c->route = R_V2_STATS;
+        return only_get(c, method);
+    }
+    if (strncmp(url, "/v2/models/", 11))
+        return 404;
+    /* {op}[/versions/1][/ready|/config|/stats|/infer] */
+    const char *p = url + 11;
+    size_t n = strcspn(p, "/");
+    char name[32];
+    if (n == 0 || n >= sizeof name)
+        return 404;
+    memcpy(name, p, n);
+    name[n] = '\0';
+    if (nd_op_from_name(name, &c->op))
+        return 404;
+    c->has_op = 1;
+    p += n;
+    if (!strncmp(p, "/versions/", 10)) {
+        p += 10;
+        size_t vn = strcspn(p, "/");
+        if (vn != strlen(ND_V2_VERSION) || strncmp(p, ND_V2_VERSION, vn))
+            return 404;
+        p += vn;
+    }
+    if (!*p) {
+        c->route = R_V2_MODEL;
+        return only_get(c, method);
+    }
+    if (!strcmp(p, "/ready")) {
+        c->route = R_V2_MODEL_READY;
+        return only_get(c, method);
+    }
+    if (!strcmp(p, "/config")) {
+        c->route = R_V2_MODEL_CONFIG;
+        return only_get(c, method);
+    }
+    if (!strcmp(p, "/stats")) {
+        c->route = R_V2_STATS;
+        return only_get(c, method);
+    }
+    if (!strcmp(p, "/infer")) {
+        c->route = R_V2_INFER;
+        c->metrics_op = (int)c->op;
+        c->allow = "POST";
+        return strcmp(method, "POST") ? 405 : 0;
+    }
+    return 404;
+}
+
+/* ---- inference ---- */
+
+static enum MHD_Result handle_infer(conn *c)
+{
+    nd_error err = {{0}};
+    const char *hlen = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND,
+                                                   "Inference-Header-Content-Length");
+    int st = nd_v2_parse_infer(c->op, c->body ? c->body : "", c->len, hlen, 0, &c->v2, &err);
+    if (st)
+        return nd_conn_send_error(c, st, "%s", err.msg);
+    /* The operator request moves into the job; c->v2 keeps what only v2 has. */
+    c->job.req = c->v2.req;
+    memset(&c->v2.req, 0, sizeof c->v2.req);
+    if (c->job.req.params[0]) {
+        char msg[256];
+        st = nd_conn_bind_params(c, &c->job.req, msg, sizeof msg);
+        if (st)
+            return nd_conn_send_error(c, st, "%s", msg);
+    }
+    c->form = FORM_V2;
+    return nd_conn_submit(c);
+}
+
+enum MHD_Result nd_v2_send_result(conn *c)
+{
+    nd_job *j = &c->job;
+    if (j->status != 200)
+        return nd_conn_send_error(c, j->status, "%s", j->error);
+    nd_v2_request r = c->v2;
+    r.req = j->req;
+    char *out;
+    size_t len, json_len;
+    if (nd_v2_encode_infer(&r, j->y, j->mean, j->rstd, &out, &len, &json_len) != 0)
+        return nd_conn_send_error(c, 500, "out of memory encoding the answer");
+    int binary = json_len != len;
+    struct MHD_Response *resp = nd_conn_response(
+        c, binary ? "application/octet-stream" : "application/json", out, len, 1);
+    if (!resp)
+        return MHD_NO;
+    if (binary) {
+        char h[24];
+        snprintf(h, sizeof h, "%zu", json_len);
+        MHD_add_response_header(resp, "Inference-Header-Content-Length", h);
+    }
+    return nd_conn_send(c, 200, resp);
+}
+
+/* ---- the rest ---- */
+
+static enum MHD_Result send_stats(conn *c)
+{
+    nd_op ops[ND_OP_COUNT];
+    nd_v2_stats stats[ND_OP_COUNT];
+    int n = 0;
+    for (int k = 0; k < ND_OP_COUNT; k++) {
+        if (c->has_op && (nd_op)k != c->op)
+            continue;
+        ops[n] = (nd_op)k;
+        nd_metrics_v2_stats(c->srv->metrics, ops[n], &stats[n]);
+        n++;
+    }
+    return nd_conn_send_json(c, 200, nd_v2_stats_json(ops, stats, n));
+}
+
+/* Health answers: 200 when true; the protocol asks for a 4xx when false. */
+static enum MHD_Result send_health(conn *c, int ok, const char *why)
+{
+    if (ok)
+        return nd_conn_send_buffer(c, 200, "application/json", "", 0, 0);
+    return nd_conn_send_error(c, 400, "not ready: %s", why);
+}
+
+enum MHD_Result nd_v2_handle(conn *c, const char *method)
+{
+    nd_server *s = c->srv;
+    const char *why = nd_server_broken(s) ? "the backend cannot run (device lost)"
+                                           : "draining for shutdown";
+    switch (c->route) {
+    case R_V2_SERVER:
+        return nd_conn_send_json(c, 200, nd_v2_server_metadata_json(ND_VERSION_STRING));
+    case R_V2_LIVE:
+        return send_health(c, !nd_server_broken(s), why);
+    case R_V2_READY:
+    case R_V2_MODEL_READY:
+        return send_health(c, nd_server_ready(s), why);
+    case R_V2_MODEL:
+        return nd_conn_send_json(c, 200, nd_v2_model_metadata_json(c->op));
+    case R_V2_MODEL_CONFIG: {
+        nd_v2_model_policy pol = {.max_batch_rows = s->cfg.max_batch_rows,
+                                  .max_delay_us = s->cfg.max_delay_us,
+                                  .queue_limit = s->cfg.queue_limit};
+        return nd_conn_send_json(c, 200, nd_v2_model_config_json(c->op, &pol));
+    }
+    case R_V2_STATS:
+        return send_stats(c);
+    case R_V2_INFER:
+        return handle_infer(c);
+    default:
+        return MHD_NO;
+    }
+}

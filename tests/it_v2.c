@@ -1,0 +1,525 @@
+/*
+ * it_v2.c - the KServe v2 protocol at the byte level, against a started daemon: the binary tensor
+ * framing and its edge cases, compressed bodies and answers, status codes, v2 and /v1 requests in
+ * one batch with bit-identical answers, the UNIX socket, and the health/metadata routes.
+ * (tests/py/test_v2_tritonclient.py drives the same routes through a real client.)
+ */
+#include <criterion/criterion.h>
+#include <curl/curl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "../kernels/nd_dtype.h"
+#include "util/nd_http.h"
+#include "util/nd_testutil.h"
+
+static nd_daemon d;
+
+static void start(const char *const *extra)
+{
+    cr_assert_eq(nd_daemon_start(&d, extra), 0, "daemon did not start");
+}
+static void start_default(void)
+{
+    start(NULL);
+}
+static void stop_clean(void)
+{
+    cr_assert_eq(nd_daemon_stop(&d, 30), 0, "daemon did not exit 0 on SIGTERM");
+}
+
+static char *url_of(const char *path)
+{
+    static __thread char buf[256];
+    snprintf(buf, sizeof buf, "%s%s", d.base, path);
+    return buf;
+}
+
+/* POST /v2/models/{model}/infer with a JSON header of hlen bytes followed by bin (blen bytes).
+ * header_value overrides the Inference-Header-Content-Length value ("" sends none). */
+static void infer_raw(const char *model, const char *json, const void *bin, size_t blen,
+                      const char *header_value, const char *accept_encoding, nd_resp *r)
+{
+    size_t jlen = strlen(json);
+    char *body = malloc(jlen + blen + 1);
+    cr_assert_not_null(body);
+    memcpy(body, json, jlen);
+    if (blen)
+        memcpy(body + jlen, bin, blen);
+    char hdr[96];
+    const char *headers[2] = {NULL, NULL};
+    if (!header_value) {
+        snprintf(hdr, sizeof hdr, "Inference-Header-Content-Length: %zu", jlen);
+        headers[0] = hdr;
+    } else if (*header_value) {
+        snprintf(hdr, sizeof hdr, "Inference-Header-Content-Length: %s", header_value);
+        headers[0] = hdr;
+    }
+    char path[128];
+    snprintf(path, sizeof path, "/v2/models/%s/infer", model);
+    nd_http_req q = {.method = "POST", .url = url_of(path), .content_type = "application/json",
+                     .headers = headers, .body = body, .len = jlen + blen,
+                     .accept_encoding = accept_encoding};
+    cr_assert_eq(nd_http_do(&q, r), 0);
+    free(body);
+}
+
+static json_t *parse_json(const char *s, size_t len)
+{
+    json_error_t e;
+    json_t *j = json_loadb(s, len, 0, &e);
+    cr_assert_not_null(j, "not JSON (%s): %.*s", e.text, (int)(len < 300 ? len : 300), s);
+    return j;
+}
+
+static void expect_error(const nd_resp *r, long code, const char *needle)
+{
+    cr_assert_eq(r->code, code, "HTTP %ld (expected %ld): %s", r->code, code, r->body);
+    cr_assert(strstr(r->body, needle), "message does not name \"%s\": %s", needle, r->body);
+}
+
+/* A random float16 layernorm case: x [rows, cols], gamma, beta; the JSON header of a binary
+ * request; the float64 reference. */
+typedef struct ln_case {
+    int rows, cols;
+    uint16_t *x, *g, *b;
+    double *xd, *gd, *bd, *ref;
+    char json[1024];
+    char *bin;
+    size_t blen;
+} ln_case;
+
+static void ln_make(ln_case *c, int rows, int cols, uint64_t seed)
+{
+    memset(c, 0, sizeof *c);
+    c->rows = rows;
+    c->cols = cols;
+    uint64_t rng = seed;
+    size_t n = (size_t)rows * cols;
+    c->x = malloc(n * 2);
+    c->g = malloc((size_t)cols * 2);
+    c->b = malloc((size_t)cols * 2);
+    c->xd = malloc(n * sizeof(double));
+    c->gd = malloc((size_t)cols * sizeof(double));
+    c->bd = malloc((size_t)cols * sizeof(double));
+    c->ref = malloc(n * sizeof(double));
+    nd_fill_random(ND_FLOAT16, c->x, (int64_t)n, 0.5, 2.0, &rng, c->xd);
+    nd_fill_random(ND_FLOAT16, c->g, cols, 1.0, 0.5, &rng, c->gd);
+    nd_fill_random(ND_FLOAT16, c->b, cols, 0.0, 0.5, &rng, c->bd);
+    nd_ref_layernorm(c->xd, rows, cols, c->gd, c->bd, 1e-5, c->ref, NULL, NULL);
+    snprintf(c->json, sizeof c->json,
+             "{\"id\":\"ln\",\"inputs\":["
+             "{\"name\":\"x\",\"shape\":[%d,%d],\"datatype\":\"FP16\","
+             "\"parameters\":{\"binary_data_size\":%zu}},"
+             "{\"name\":\"gamma\",\"shape\":[%d],\"datatype\":\"FP16\","
+             "\"parameters\":{\"binary_data_size\":%d}},"
+             "{\"name\":\"beta\",\"shape\":[%d],\"datatype\":\"FP16\","
+             "\"parameters\":{\"binary_data_size\":%d}}],"
+             "\"outputs\":[{\"name\":\"y\",\"parameters\":{\"binary_data\":true}}]}",
+             rows, cols, n * 2, cols, cols * 2, cols, cols * 2);
+    c->blen = n * 2 + (size_t)cols * 4;
+    c->bin = malloc(c->blen);
+    memcpy(c->bin, c->x, n * 2);
+    memcpy(c->bin + n * 2, c->g, (size_t)cols * 2);
+    memcpy(c->bin + n * 2 + (size_t)cols * 2, c->b, (size_t)cols * 2);
+}
+
+static void ln_free(ln_case *c)
+{
+    free(c->x), free(c->g), free(c->b), free(c->xd), free(c->gd), free(c->bd), free(c->ref);
+    free(c->bin);
+}
+
+/* Checks a binary v2 answer holding y only against the reference; returns a pointer to y. */
+static const char *check_binary_answer(const ln_case *c, const nd_resp *r)
+{
+    cr_assert_eq(r->code, 200, "HTTP %ld: %s", r->code, r->body);
+    cr_assert(r->infer_header_len[0], "no Inference-Header-Content-Length in the answer");
+    size_t hlen = strtoull(r->infer_header_len, NULL, 10);
+    size_t ybytes = (size_t)c->rows * c->cols * 2;
+    cr_assert_eq(r->len, hlen + ybytes, "answer is %zu bytes, header %zu + y %zu", r->len, hlen,
+                 ybytes);
+    json_t *j = parse_json(r->body, hlen);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "id")), "ln");
+    cr_assert_str_eq(json_string_value(json_object_get(j, "model_name")), "layernorm");
+    json_t *o = json_array_get(json_object_get(j, "outputs"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "name")), "y");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "datatype")), "FP16");
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(o, "parameters"),
+                                                    "binary_data_size")),
+                 (json_int_t)ybytes);
+    json_decref(j);
+    char msg[256];
+    int64_t bad = nd_compare(ND_FLOAT16, r->body + hlen, c->ref, (int64_t)c->rows * c->cols, "y",
+                             msg, sizeof msg);
+    cr_assert_eq(bad, 0, "%lld wrong: %s", (long long)bad, msg);
+    return r->body + hlen;
+}
+
+TestSuite(v2, .init = start_default, .fini = stop_clean, .timeout = 120);
+TestSuite(v2_configured, .timeout = 120);
+
+/* ---- the routes that are not inference ---- */
+
+Test(v2, health_metadata_config_and_stats)
+{
+    static const struct {
+        const char *path;
+        long code;
+        const char *needle;
+    } cases[] = {
+        {"/v2/health/live", 200, ""},
+        {"/v2/health/ready", 200, ""},
+        {"/v2", 200, "\"binary_tensor_data\""},
+        {"/v2/models/layernorm", 200, "\"gamma\""},
+        {"/v2/models/rmsnorm/versions/1", 200, "\"weight\""},
+        {"/v2/models/prelu/ready", 200, ""},
+        {"/v2/models/softmax/versions/1/ready", 200, ""},
+        {"/v2/models/log_softmax/config", 200, "\"max_batch_size\""},
+        {"/v2/models/stats", 200, "\"model_stats\""},
+        {"/v2/models/softmax/stats", 200, "\"inference_stats\""},
+        {"/v2/models/batchnorm", 404, "layernorm"},
+        {"/v2/models/softmax/versions/2", 404, "version"},
+        {"/v2/models/softmax/versions/2/infer", 404, "version"},
+        {"/v2/models/softmax/unknown", 404, "no such"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        nd_resp r;
+        cr_assert_eq(nd_http("GET", url_of(cases[i].path), NULL, NULL, 0, &r), 0);
+        cr_assert_eq(r.code, cases[i].code, "GET %s: HTTP %ld: %s", cases[i].path, r.code,
+                     r.body);
+        cr_assert(strstr(r.body, cases[i].needle), "GET %s: no %s in %s", cases[i].path,
+                  cases[i].needle, r.body);
+        if (r.code == 200 && r.len)
+            json_decref(parse_json(r.body, r.len));
+        nd_resp_free(&r);
+    }
+    nd_resp r;
+    cr_assert_eq(nd_http("POST", url_of("/v2/health/live"), "application/json", "{}", 2, &r), 0);
+    cr_assert_eq(r.code, 405);
+    cr_assert(strstr(r.allow, "GET"), "Allow: %s", r.allow);
+    nd_resp_free(&r);
+    cr_assert_eq(nd_http("GET", url_of("/v2/models/softmax/infer"), NULL, NULL, 0, &r), 0);
+    cr_assert_eq(r.code, 405);
+    cr_assert_str_eq(r.allow, "POST");
+    nd_resp_free(&r);
+}
+
+/* ---- inference ---- */
+
+Test(v2, binary_layernorm_matches_the_reference_and_the_v1_answer_bit_for_bit)
+{
+    ln_case c;
+    ln_make(&c, 7, 300, 42);
+    nd_resp r2;
+    infer_raw("layernorm", c.json, c.bin, c.blen, NULL, NULL, &r2);
+    const char *y2 = check_binary_answer(&c, &r2);
+
+    char path[160];
+    snprintf(path, sizeof path, "/v1/layernorm?shape=%d,%d&dtype=float16&affine=1", c.rows,
+             c.cols);
+    nd_resp r1;
+    cr_assert_eq(nd_http("POST", url_of(path), "application/octet-stream", c.bin, c.blen, &r1),
+                 0);
+    cr_assert_eq(r1.code, 200, "/v1: %s", r1.body);
+    cr_assert_eq(r1.len, (size_t)c.rows * c.cols * 2);
+    cr_assert_eq(memcmp(r1.body, y2, r1.len), 0, "/v1 and /v2 answers differ");
+    nd_resp_free(&r1);
+    nd_resp_free(&r2);
+    ln_free(&c);
+}
+
+Test(v2, json_tensors_and_the_versioned_route)
+{
+    const char *body = "{\"inputs\":[{\"name\":\"x\",\"shape\":[2,3],\"datatype\":\"FP32\","
+                       "\"data\":[[1,2,3],[1,1,1]]}],\"outputs\":[{\"name\":\"y\"}]}";
+    nd_resp r;
+    cr_assert_eq(nd_http("POST", url_of("/v2/models/softmax/versions/1/infer"),
+                         "application/json", body, strlen(body), &r), 0);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_assert_eq(r.infer_header_len[0], '\0', "a JSON answer carries no binary header");
+    json_t *j = parse_json(r.body, r.len);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "model_version")), "1");
+    cr_assert_null(json_object_get(j, "id"), "no id asked, none echoed");
+    json_t *y = json_object_get(json_array_get(json_object_get(j, "outputs"), 0), "data");
+    cr_assert_eq(json_array_size(y), 6);
+    double x[6] = {1, 2, 3, 1, 1, 1}, ref[6];
+    nd_ref_softmax(x, 2, 3, 1, 0, ref);
+    for (int i = 0; i < 6; i++) {
+        double got = json_number_value(json_array_get(y, (size_t)i));
+        cr_assert(nd_close(ND_FLOAT32, got, ref[i]), "y[%d]=%g, reference %g", i, got, ref[i]);
+    }
+    json_decref(j);
+    nd_resp_free(&r);
+}
+
+Test(v2, binary_framing_errors_are_400_and_name_the_problem)
+{
+    ln_case c;
+    ln_make(&c, 2, 8, 7);
+    static const struct {
+        const char *header;
+        const char *needle;
+    } bad_headers[] = {
+        {"-1", "Inference-Header-Content-Length"},
+        {"abc", "Inference-Header-Content-Length"},
+        {"12x", "Inference-Header-Content-Length"},
+        {"999999", "Inference-Header-Content-Length"},
+        {"99999999999999999999999", "Inference-Header-Content-Length"},
+    };
+    for (size_t i = 0; i < sizeof bad_headers / sizeof bad_headers[0]; i++) {
+        nd_resp r;
+        infer_raw("layernorm", c.json, c.bin, c.blen, bad_headers[i].header, NULL, &r);
+        expect_error(&r, 400, bad_headers[i].needle);
+        nd_resp_free(&r);
+    }
+    /* binary sizes that do not add up to the body: one byte short, one byte over */
+    nd_resp r;
+    infer_raw("layernorm", c.json, c.bin, c.blen - 1, NULL, NULL, &r);
+    cr_assert_eq(r.code, 400, "short body: HTTP %ld %s", r.code, r.body);
+    nd_resp_free(&r);
+    char *more = calloc(1, c.blen + 1);
+    memcpy(more, c.bin, c.blen);
+    infer_raw("layernorm", c.json, more, c.blen + 1, NULL, NULL, &r);
+    cr_assert_eq(r.code, 400, "long body: HTTP %ld %s", r.code, r.body);
+    nd_resp_free(&r);
+    free(more);
+    /* binary_data_size with no header at all: the JSON parser sees the tensor bytes */
+    infer_raw("layernorm", c.json, c.bin, c.blen, "", NULL, &r);
+    cr_assert_eq(r.code, 400, "no header: HTTP %ld %s", r.code, r.body);
+    nd_resp_free(&r);
+    ln_free(&c);
+    /* the daemon carries on */
+    ln_make(&c, 3, 16, 8);
+    infer_raw("layernorm", c.json, c.bin, c.blen, NULL, NULL, &r);
+    check_binary_answer(&c, &r);
+    nd_resp_free(&r);
+    ln_free(&c);
+}
+
+Test(v2, request_errors_are_400_and_name_the_problem)
+{
+    static const struct {
+        const char *model, *body, *needle;
+    } cases[] = {
+        {"softmax", "{\"inputs\":[]}", "no input named"},
+        {"softmax", "{\"inputs\":[{\"name\":\"y\",\"shape\":[1],\"datatype\":\"FP32\","
+                    "\"data\":[1]}]}", "unknown input"},
+        {"softmax", "{\"inputs\":[{\"name\":\"x\",\"shape\":[2],\"datatype\":\"FP32\","
+                    "\"data\":[1,2]},{\"name\":\"x\",\"shape\":[2],\"datatype\":\"FP32\","
+                    "\"data\":[1,2]}]}", "given twice"},
+        {"softmax", "{\"inputs\":[{\"name\":\"x\",\"shape\":[2],\"datatype\":\"INT8\","
+                    "\"data\":[1,2]}]}", "INT8"},
+        {"softmax", "{\"inputs\":[{\"name\":\"x\",\"shape\":[3],\"datatype\":\"FP32\","
+                    "\"data\":[1,2]}]}", "shape"},
+        {"softmax", "{\"inputs\":[{\"name\":\"x\",\"shape\":[2],\"datatype\":\"BF16\","
+                    "\"data\":[1,2]}]}", "BF16"},
+        {"layernorm", "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,2],\"datatype\":\"FP32\","
+                      "\"data\":[1,2]}],\"outputs\":[{\"name\":\"z\"}]}", "z"},
+        {"softmax", "{\"inputs\":[{\"name\":\"x\",\"shape\":[2],\"datatype\":\"FP32\","
+                    "\"data\":[1,2]}],\"parameters\":{\"axis\":3}}", "axis"},
+        {"softmax", "not json", "JSON"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[96];
+        snprintf(path, sizeof path, "/v2/models/%s/infer", cases[i].model);
+        nd_resp r;
+        cr_assert_eq(nd_http("POST", url_of(path), "application/json", cases[i].body,
+                             strlen(cases[i].body), &r), 0);
+        cr_assert_eq(r.code, 400, "case %zu: HTTP %ld: %s", i, r.code, r.body);
+        cr_assert(strstr(r.body, cases[i].needle), "case %zu: message does not name %s: %s", i,
+                  cases[i].needle, r.body);
+        nd_resp_free(&r);
+    }
+    /* an unknown parameter set is a 404, as on /v1 */
+    const char *body = "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,2],\"datatype\":\"FP32\","
+                       "\"data\":[1,2]}],\"parameters\":{\"params\":\"none\"}}";
+    nd_resp r;
+    cr_assert_eq(nd_http("POST", url_of("/v2/models/rmsnorm/infer"), "application/json", body,
+                         strlen(body), &r), 0);
+    expect_error(&r, 404, "none");
+    nd_resp_free(&r);
+}
+
+/* gzip (and deflate) request bodies; a gzip answer when the client accepts it. */
+static size_t gzip_buf(const void *in, size_t len, int gzip, char *out, size_t cap)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    cr_assert_eq(deflateInit2(&z, 6, Z_DEFLATED, gzip ? 31 : 15, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    z.next_in = (Bytef *)in;
+    z.avail_in = (uInt)len;
+    z.next_out = (Bytef *)out;
+    z.avail_out = (uInt)cap;
+    cr_assert_eq(deflate(&z, Z_FINISH), Z_STREAM_END);
+    size_t n = cap - z.avail_out;
+    deflateEnd(&z);
+    return n;
+}
+
+Test(v2, compressed_bodies_and_answers)
+{
+    ln_case c;
+    ln_make(&c, 16, 256, 99);
+    size_t jlen = strlen(c.json), plain = jlen + c.blen;
+    char *body = malloc(plain), *z = malloc(plain * 2 + 1024);
+    memcpy(body, c.json, jlen);
+    memcpy(body + jlen, c.bin, c.blen);
+    char hdr[96];
+    snprintf(hdr, sizeof hdr, "Inference-Header-Content-Length: %zu", jlen);
+    for (int gzip = 0; gzip <= 1; gzip++) {
+        size_t zlen = gzip_buf(body, plain, gzip, z, plain * 2 + 1024);
+        const char *headers[] = {hdr, gzip ? "Content-Encoding: gzip" : "Content-Encoding: deflate",
+                                 NULL};
+        nd_http_req q = {.method = "POST", .url = url_of("/v2/models/layernorm/infer"),
+                         .headers = headers, .body = z, .len = zlen, .accept_encoding = ""};
+        nd_resp r;
+        cr_assert_eq(nd_http_do(&q, &r), 0);
+        cr_assert_str_eq(r.content_encoding, "gzip", "answer not compressed (%s)",
+                         r.content_encoding);
+        check_binary_answer(&c, &r); /* curl inflated it */
+        nd_resp_free(&r);
+    }
+    /* corrupt compressed data and an unknown coding */
+    const char *headers[] = {hdr, "Content-Encoding: gzip", NULL};
+    nd_http_req q = {.method = "POST", .url = url_of("/v2/models/layernorm/infer"),
+                     .headers = headers, .body = body, .len = plain};
+    nd_resp r;
+    cr_assert_eq(nd_http_do(&q, &r), 0);
+    expect_error(&r, 400, "compressed");
+    nd_resp_free(&r);
+    const char *br[] = {hdr, "Content-Encoding: br", NULL};
+    q.headers = br;
+    cr_assert_eq(nd_http_do(&q, &r), 0);
+    expect_error(&r, 415, "br");
+    nd_resp_free(&r);
+    free(body);
+    free(z);
+    ln_free(&c);
+}
+
+/* ---- v2 and /v1 in one batch ---- */
+
+typedef struct flight {
+    const ln_case *c;
+    int v2;
+    nd_resp r;
+} flight;
+
+static void *fly(void *arg)
+{
+    flight *f = arg;
+    if (f->v2) {
+        infer_raw("layernorm", f->c->json, f->c->bin, f->c->blen, NULL, NULL, &f->r);
+    } else {
+        char path[160];
+        snprintf(path, sizeof path, "%s/v1/layernorm?shape=%d,%d&dtype=float16&affine=1", d.base,
+                 f->c->rows, f->c->cols);
+        nd_http("POST", path, "application/octet-stream", f->c->bin, f->c->blen, &f->r);
+    }
+    return NULL;
+}
+
+static void start_slow(void)
+{
+    static const char *const args[] = {"--max-delay-us", "300000", NULL};
+    start(args);
+}
+
+Test(v2_configured, v2_and_v1_requests_share_batches, .init = start_slow, .fini = stop_clean)
+{
+    enum { N = 16 };
+    ln_case cases[N];
+    flight f[N];
+    pthread_t t[N];
+    nd_resp m0;
+    cr_assert_eq(nd_http("GET", url_of("/metrics"), NULL, NULL, 0, &m0), 0);
+    double b0 = nd_metric_value(m0.body, "normd_batches_total", "op=\"layernorm\"");
+    nd_resp_free(&m0);
+    /* one gamma/beta for all (the batch key includes inline parameters): rows differ */
+    for (int i = 0; i < N; i++) {
+        ln_make(&cases[i], 1 + i % 3, 64, 1000 + (uint64_t)i);
+        if (i) {
+            memcpy(cases[i].bin + (size_t)cases[i].rows * 64 * 2, cases[0].bin + 64 * 2, 256);
+            nd_to_f64(ND_FLOAT16, cases[0].g, 64, cases[i].gd);
+            nd_to_f64(ND_FLOAT16, cases[0].b, 64, cases[i].bd);
+            nd_ref_layernorm(cases[i].xd, cases[i].rows, 64, cases[i].gd, cases[i].bd, 1e-5,
+                             cases[i].ref, NULL, NULL);
+        }
+        f[i] = (flight){.c = &cases[i], .v2 = i % 2};
+        pthread_create(&t[i], NULL, fly, &f[i]);
+    }
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < N; i++) {
+        if (f[i].v2) {
+            check_binary_answer(&cases[i], &f[i].r);
+        } else {
+            cr_assert_eq(f[i].r.code, 200, "/v1: %s", f[i].r.body);
+            char msg[256];
+            cr_assert_eq(nd_compare(ND_FLOAT16, f[i].r.body, cases[i].ref,
+                                    (int64_t)cases[i].rows * 64, "y", msg, sizeof msg), 0, "%s",
+                         msg);
+        }
+        nd_resp_free(&f[i].r);
+        ln_free(&cases[i]);
+    }
+    nd_resp m1;
+    cr_assert_eq(nd_http("GET", url_of("/metrics"), NULL, NULL, 0, &m1), 0);
+    double b1 = nd_metric_value(m1.body, "normd_batches_total", "op=\"layernorm\"");
+    nd_resp_free(&m1);
+    cr_assert(b1 - b0 >= 1 && b1 - b0 <= N / 2, "%g batches for %d requests", b1 - b0, N);
+}
+
+static void start_small_body(void)
+{
+    static const char *const args[] = {"--max-body-bytes", "4096", NULL};
+    start(args);
+}
+
+Test(v2_configured, body_over_the_limit_is_413, .init = start_small_body, .fini = stop_clean)
+{
+    ln_case c;
+    ln_make(&c, 8, 512, 5);
+    nd_resp r;
+    infer_raw("layernorm", c.json, c.bin, c.blen, NULL, NULL, &r);
+    expect_error(&r, 413, "limit");
+    nd_resp_free(&r);
+    ln_free(&c);
+}
+
+static char unix_path[108];
+static void start_unix(void)
+{
+    snprintf(unix_path, sizeof unix_path, "/tmp/normd-it-v2-%d.sock", (int)getpid());
+    static const char *args[] = {"--unix", NULL, NULL};
+    args[1] = unix_path;
+    start(args);
+}
+
+Test(v2_configured, the_unix_socket_serves_v2, .init = start_unix, .fini = stop_clean)
+{
+    nd_resp r;
+    cr_assert_eq(nd_http_unix(unix_path, "GET", "http://localhost/v2/health/ready", NULL, NULL,
+                              0, &r), 0);
+    cr_assert_eq(r.code, 200);
+    nd_resp_free(&r);
+    const char *body = "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,2,2],\"datatype\":\"FP32\","
+                       "\"data\":[-1,2,-3,4]},{\"name\":\"alpha\",\"shape\":[2],"
+                       "\"datatype\":\"FP32\",\"data\":[0.5,0.25]}]}";
+    cr_assert_eq(nd_http_unix(unix_path, "POST", "http://localhost/v2/models/prelu/infer",
+                              "application/json", body, strlen(body), &r), 0);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    json_t *j = parse_json(r.body, r.len);
+    json_t *y = json_object_get(json_array_get(json_object_get(j, "outputs"), 0), "data");
+    const double want[4] = {-0.5, 2, -0.75, 4};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(json_number_value(json_array_get(y, (size_t)i)), want[i], "y[%d]", i);
+    json_decref(j);
+    nd_resp_free(&r);
+}
