@@ -117,6 +117,11 @@ static enum MHD_Result handle_infer(conn *c)
     return nd_conn_submit(c);
 }
 
+/* The answer is one buffer, JSON then the binary outputs, although y could be sent from its own
+ * buffer beside the JSON (MHD_create_response_from_iovec): libmicrohttpd 0.9.75 then writes the
+ * headers and the vector in separate system calls, and on an H200 host that cost more than the
+ * copy (null backend, 8x4096 float16, one connection: 9.8k against 11.9k req/s for /v1, one more
+ * wake-up per request seen with strace), while a 64 KiB memcpy costs a few microseconds. */
 enum MHD_Result nd_v2_send_result(conn *c)
 {
     nd_job *j = &c->job;

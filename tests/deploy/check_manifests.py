@@ -155,6 +155,8 @@ def check_normd_pod(where, owner, pod, grace_applies=True):
         if listen and listen != "off" and not listen.startswith(("127.", "[::1]", "localhost")):
             check(f"{what}: listens beyond loopback with an admin token file",
                   bool(env.get("NORMD_ADMIN_TOKEN_FILE")))
+            check(f"{what}: does not take the image's open admin routes",
+                  env.get("NORMD_ALLOW_OPEN_ADMIN") == "0")
 
 
 def check_overlay(overlay):

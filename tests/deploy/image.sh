@@ -99,7 +99,7 @@ step() { echo "== $* ($((SECONDS - t0)) s)"; }
 
 step "base image: mmdebstrap --variant=minbase bookworm"
 if [ ! -s "$work/base.tar" ]; then
-    mmdebstrap --quiet --variant=minbase bookworm "$work/base.tar.tmp"
+    mmdebstrap --quiet --variant=minbase --format=tar bookworm "$work/base.tar.tmp"
     mv "$work/base.tar.tmp" "$work/base.tar"
 fi
 podman import --quiet "$work/base.tar" "$base_tag" >/dev/null

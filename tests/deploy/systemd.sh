@@ -39,6 +39,22 @@ layernorm() {
     curl -fsS -m 20 "$@" "$url/v1/layernorm" -H 'Content-Type: application/json' \
         -d '{"shape":[1,4],"data":[1,2,3,4]}' 2>/dev/null || true
 }
+# activate LOG NSOCKETS ARGS...: systemd-socket-activate ARGS in the background ($pid), once it
+# listens on all NSOCKETS sockets (it says so on stderr before it waits for a connection).
+activate() {
+    local log=$1 n=$2
+    shift 2
+    systemd-socket-activate "$@" >"$log" 2>&1 &
+    pid=$!
+    pids+=("$pid")
+    for _ in $(seq 100); do
+        [ "$(grep -c '^Listening on' "$log")" -ge "$n" ] && return 0
+        sleep 0.05
+    done
+    echo "systemd-socket-activate did not listen:"
+    cat "$log"
+    return 1
+}
 y_ok() { case $1 in *'"data":[-1.3416'*) return 0 ;; esac; return 1; }
 
 # ---- systemd-analyze verify: any complaint fails (verify itself exits 0 on unknown keys).
@@ -56,9 +72,7 @@ done
 
 # ---- one TCP socket passed: served; the default --listen (127.0.0.1:8000) is not opened.
 port=$(free_port)
-systemd-socket-activate -l "127.0.0.1:$port" "$normd" --backend cpu >"$tmp/one.log" 2>&1 &
-pid=$!
-pids+=("$pid")
+activate "$tmp/one.log" 1 -l "127.0.0.1:$port" "$normd" --backend cpu
 y=$(layernorm "http://127.0.0.1:$port")
 echo "     answer: $y"
 check "passed TCP socket: POST /v1/layernorm answers" y_ok "$y"
@@ -75,10 +89,8 @@ check "SIGTERM: exits 0" test "$rc" = 0
 # ---- a TCP and a UNIX socket passed, and --listen given explicitly: all three are served.
 port=$(free_port) port2=$(free_port)
 sock=$tmp/normd.sock
-systemd-socket-activate -l "127.0.0.1:$port" -l "$sock" \
-    "$normd" --backend cpu --listen "127.0.0.1:$port2" >"$tmp/three.log" 2>&1 &
-pid=$!
-pids+=("$pid")
+activate "$tmp/three.log" 2 -l "127.0.0.1:$port" -l "$sock" \
+    "$normd" --backend cpu --listen "127.0.0.1:$port2"
 check "passed TCP socket of two: answers" y_ok "$(layernorm "http://127.0.0.1:$port")"
 check "passed UNIX socket: answers" y_ok "$(layernorm http://normd --unix-socket "$sock")"
 check "explicit --listen beside passed sockets: answers" \
@@ -92,15 +104,24 @@ check "SIGTERM: exits 0" test "$rc" = 0
 
 # ---- a passed socket on every address, with the admin routes open: refused at start.
 port=$(free_port)
-systemd-socket-activate -l "0.0.0.0:$port" env -u NORMD_ALLOW_OPEN_ADMIN \
-    "$normd" --backend cpu >"$tmp/open.log" 2>&1 &
-pid=$!
-pids+=("$pid")
+activate "$tmp/open.log" 1 -l "0.0.0.0:$port" env -u NORMD_ALLOW_OPEN_ADMIN \
+    "$normd" --backend cpu
 curl -s -m 10 -o /dev/null "http://127.0.0.1:$port/healthz" || true
 rc=0
 wait "$pid" || rc=$?
 check "passed socket beyond loopback without an admin token: refused (exit $rc)" \
     sh -c "[ $rc != 0 ] && grep -q 'beyond loopback' '$tmp/open.log'"
+
+# ... and served with an admin token.
+port=$(free_port)
+echo "s3cret-token" >"$tmp/token"
+activate "$tmp/token.log" 1 -l "0.0.0.0:$port" env -u NORMD_ALLOW_OPEN_ADMIN \
+    "$normd" --backend cpu --admin-token-file "$tmp/token"
+y=$(layernorm "http://127.0.0.1:$port")
+check "passed socket beyond loopback with an admin token: answers" y_ok "$y"
+y_ok "$y" || { echo "     answer: $y"; cat "$tmp/token.log"; }
+kill -TERM "$pid"
+wait "$pid" || true
 
 echo "systemd: $passed passed, $failed failed"
 [ "$failed" = 0 ]
