@@ -334,6 +334,13 @@ struct nd_op_softmax_pair {
     }
 };
 
+/* Whether op(a, b) and op(b, a) give the same bits (Op::kCommutative; false when absent): an
+ * xor-shuffle all-reduce then needs no lane ordering. */
+template <class Op, class = void> struct nd_op_commutative : std::false_type {};
+template <class Op>
+struct nd_op_commutative<Op, std::void_t<decltype(Op::kCommutative)>>
+    : std::integral_constant<bool, Op::kCommutative> {};
+
 /* All-reduce over aligned groups of W consecutive lanes (W a power of two <= 32). Every lane of
  * the group ends with the same result. All 32 lanes of the warp must take part. */
 template <int W, int K, class Op>
@@ -345,6 +352,10 @@ __device__ __forceinline__ void nd_warp_allreduce(float (&v)[K], Op op)
 #pragma unroll
         for (int i = 0; i < K; i++)
             o[i] = __shfl_xor_sync(0xffffffffu, v[i], mask, W);
+        if constexpr (nd_op_commutative<Op>::value) {
+            op(v, o);
+            continue;
+        }
         /* xor pairs see (a, b) and (b, a); combine in lane order so both get the same bits */
         bool low = (threadIdx.x & mask) == 0;
         float lo[K], hi[K];

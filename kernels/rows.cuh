@@ -44,8 +44,12 @@
  *                            load it from memory, one uniform load per thread)
  *   out(st, v, p0, p1)       y for an element from its (possibly rewritten) register value
  *   stream_stats(st, ctx)    the same statistics from ctx.for_each(f) passes over the row
+ *                            (ctx.x0: the row's first element)
  *   out_stream(st, x, p0, p1) y from the raw x
  *   write_stats(st, row, prm) the per-row float32 outputs (mean, rstd), by one thread per row
+ *   min_blocks(kind, elem bytes, packs, threads)  optional: blocks per SM the warp or plain
+ *                            block kernel's launch bounds ask for (0: the default), i.e. its
+ *                            register cap (nd_rows_min_blocks)
  */
 #ifndef ND_ROWS_CUH
 #define ND_ROWS_CUH
@@ -282,6 +286,23 @@ template <class Ctx, class = void> struct nd_ctx_kind : std::integral_constant<i
 template <class Ctx>
 struct nd_ctx_kind<Ctx, std::void_t<decltype(Ctx::kKind)>> : std::integral_constant<int, Ctx::kKind> {};
 
+/* Blocks per SM that a warp (ND_CTX_WARP) or plain block (ND_CTX_BLOCK) kernel's launch bounds
+ * ask for, which caps its registers: the defaults above (dflt), unless the Op names its own for
+ * that kernel, Op::min_blocks(kind, element bytes, packs per thread, threads) != 0. */
+template <class Op, class = void> struct nd_op_has_min_blocks : std::false_type {};
+template <class Op>
+struct nd_op_has_min_blocks<Op, std::void_t<decltype(Op::min_blocks(0, 0, 0, 0))>> : std::true_type {};
+template <class Op>
+constexpr int nd_rows_min_blocks(int kind, int elem_bytes, int packs, int threads, int dflt)
+{
+    if constexpr (nd_op_has_min_blocks<Op>::value) {
+        const int b = Op::min_blocks(kind, elem_bytes, packs, threads);
+        return b ? b : dflt;
+    } else {
+        return dflt;
+    }
+}
+
 template <int W, int R, int PACKS, int VEC> struct nd_warp_ctx {
     int h[R];
     int gl;
@@ -311,7 +332,11 @@ template <int W, int R, int PACKS, int VEC> struct nd_warp_ctx {
 };
 
 template <class Op, class T, int VEC, int PACKS, int W, int R>
-__global__ void __launch_bounds__(ND_ROWS_WARP_BLOCK, ND_ROWS_WARP_MIN_THREADS_PER_SM / ND_ROWS_WARP_BLOCK)
+__global__ void __launch_bounds__(ND_ROWS_WARP_BLOCK,
+                                  nd_rows_min_blocks<Op>(ND_CTX_WARP, (int)sizeof(T), PACKS,
+                                                         ND_ROWS_WARP_BLOCK,
+                                                         ND_ROWS_WARP_MIN_THREADS_PER_SM /
+                                                             ND_ROWS_WARP_BLOCK))
 nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
 {
     constexpr int GPW = 32 / W; /* groups per warp */
@@ -492,7 +517,12 @@ template <bool CLUSTER, int VEC, int PACKS> struct nd_block_ctx : nd_group_row<V
 typedef nd_cluster_reduce_smem<4> nd_rows_reduce_smem;
 
 template <class Op, class T, int VEC, int PACKS, int THREADS, bool CLUSTER>
-__global__ void __launch_bounds__(THREADS, ND_ROWS_MIN_THREADS_PER_SM / THREADS)
+__global__ void __launch_bounds__(THREADS,
+                                  CLUSTER ? ND_ROWS_MIN_THREADS_PER_SM / THREADS
+                                          : nd_rows_min_blocks<Op>(ND_CTX_BLOCK, (int)sizeof(T),
+                                                                   PACKS, THREADS,
+                                                                   ND_ROWS_MIN_THREADS_PER_SM /
+                                                                       THREADS))
 nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
 {
     constexpr int N = PACKS * VEC;
@@ -562,7 +592,9 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
  * ------------------------------------------------------------------------------------------- */
 
 template <class T, int VEC> struct nd_stream_ctx {
+    static constexpr int kElemBytes = (int)sizeof(T);
     const T *xrow;
+    float x0; /* the row's first element (dropped by the compiler when the op does not use it) */
     int h;
     int g, G;
     int64_t cols, npacks;
@@ -613,6 +645,7 @@ nd_rows_stream_kernel(nd_rows_args<T> a, typename Op::Params prm, int cluster)
         ctx.xrow = a.x + row * a.cols;
         ctx.h = nd_grid_offset<T, VEC>(ctx.xrow);
         ctx.npacks = (a.cols + ctx.h + VEC - 1) / VEC;
+        ctx.x0 = nd_to_float(__ldg(ctx.xrow));
         typename Op::State st;
         Op::stream_stats(st, ctx, prm);
         if (ctx.g == 0)

@@ -9,9 +9,9 @@
  * ...) so every access is a coalesced 16-byte one and x is read from memory exactly once. The
  * Op's stats run unchanged against nd_split_ctx, whose allreduce<K>(v, op) is
  *   1. the block all-reduce (nd_block_allreduce);
- *   2. thread 0 stores the block's K <= 2 floats as one 64-bit word in the workspace slot
- *      [row][round][chunk]; the workspace starts as all ones, a pattern no partial takes, so
- *      the word is its own flag (no fence, no counter);
+ *   2. thread 0 stores the block's K <= 4 floats as one or two 64-bit words in the workspace
+ *      slot [row][round][chunk]; the workspace starts as all ones, a pattern no store writes,
+ *      so each word is its own flag (no fence, no counter);
  *   3. warp 0 waits for and reads the row's C slots of this round and combines them in one fixed
  *      order (lane l folds chunks l, l + 32, ... in order, spinning on each until it is written,
  *      then a shuffle tree in lane order), so every block of the row, and every run, gets the
@@ -79,19 +79,29 @@
  * Workspace and context
  * ------------------------------------------------------------------------------------------- */
 
-/* A slot holds one block's K <= 2 floats of one round as one 64-bit word, written and read
- * whole (st/ld.relaxed.gpu.b64 are single-copy atomic), so the value is its own flag: the
- * workspace starts as all ones, a pattern no partial takes (it would need two NaNs with the
- * payload 0x7fffff and the sign set, and float arithmetic on the GPU only makes the canonical
- * NaN 0x7fffffff; the second float is always a sum). No fence, no counter: a reader that sees
- * the word sees the data. An op's all-reduces get a slot each: at most ND_SPLIT_ROUNDS. */
-enum { ND_SPLIT_K = 2, ND_SPLIT_ROUNDS = 2 };
+/* A slot holds one block's K <= 4 floats of one round as ND_SPLIT_WORDS 64-bit words (floats
+ * 2w and 2w + 1 in word w; LayerNorm sends 3: a double and a float), each written and read whole
+ * (st/ld.relaxed.gpu.b64 are single-copy atomic), so each word is its own flag: the workspace
+ * starts as all ones, and a store never writes that pattern (nd_split_word: the only values
+ * with it are NaNs, two float NaNs or one double NaN, and it is written one lower, the same
+ * NaN still). No fence, no counter: a reader that sees a word sees its data. An op's
+ * all-reduces get a slot each: at most ND_SPLIT_ROUNDS. */
+enum { ND_SPLIT_K = 4, ND_SPLIT_WORDS = 2, ND_SPLIT_ROUNDS = 2 };
 static constexpr unsigned long long ND_SPLIT_EMPTY = ~0ull;
+
+/* Word w of a slot from K floats: floats 2w and 2w + 1 (0 past K), never ND_SPLIT_EMPTY. */
+template <int K> __device__ __forceinline__ unsigned long long nd_split_word(const float (&v)[K], int w)
+{
+    const unsigned long long lo = __float_as_uint(v[2 * w]);
+    const unsigned long long hi = 2 * w + 1 < K ? __float_as_uint(v[2 * w + 1 < K ? 2 * w + 1 : 0]) : 0u;
+    const unsigned long long word = lo | hi << 32;
+    return word == ND_SPLIT_EMPTY ? ND_SPLIT_EMPTY - 1 : word;
+}
 
 struct nd_split_ws {
     unsigned *ticket;         /* next (row, chunk) to hand out, in the order blocks start; all
                                  ones at first, so ticket t is the (t+1)-th increment's old value */
-    unsigned long long *slot; /* [rows][ND_SPLIT_ROUNDS][chunks] */
+    unsigned long long *slot; /* [rows][ND_SPLIT_ROUNDS][chunks][ND_SPLIT_WORDS] */
     int chunks;               /* C, chunks per row */
 };
 
@@ -107,9 +117,23 @@ __device__ __forceinline__ unsigned long long nd_split_load(const unsigned long 
     return v;
 }
 
+/* A slot's two words in one access (16-byte aligned; each word single-copy atomic on its own):
+ * one round trip to L2 for a 3-4 float partial instead of two. */
+__device__ __forceinline__ void nd_split_store2(unsigned long long *p, unsigned long long a,
+                                                unsigned long long b)
+{
+    asm volatile("st.relaxed.gpu.global.v2.b64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+
+__device__ __forceinline__ void nd_split_load2(const unsigned long long *p, unsigned long long &a,
+                                               unsigned long long &b)
+{
+    asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+
 /* Wait for and combine every chunk's slot of one round, in a fixed order, in one warp: lane l
- * folds chunks l, l + 32, ... in order (spinning on each until it is written), then a shuffle
- * tree (lane i takes lane i + off) leaves the result in lane 0, which every lane takes. */
+ * folds chunks l, l + 32, ... in order (spinning on each word until it is written), then a
+ * shuffle tree (lane i takes lane i + off) leaves the result in lane 0, which every lane takes. */
 template <int K, class O>
 __device__ __forceinline__ void nd_split_gather(float (&v)[K], O op, const unsigned long long *slots,
                                                 int chunks)
@@ -117,13 +141,19 @@ __device__ __forceinline__ void nd_split_gather(float (&v)[K], O op, const unsig
     const int lane = threadIdx.x & 31;
     float a[K] = {}; /* lanes >= chunks: never read */
     for (int c = lane; c < chunks; c += 32) {
-        unsigned long long w;
-        while ((w = nd_split_load(slots + c)) == ND_SPLIT_EMPTY) {
+        unsigned long long w[ND_SPLIT_WORDS];
+        if constexpr (K > 2) {
+            do
+                nd_split_load2(slots + c * ND_SPLIT_WORDS, w[0], w[1]);
+            while (w[0] == ND_SPLIT_EMPTY || w[1] == ND_SPLIT_EMPTY);
+        } else {
+            while ((w[0] = nd_split_load(slots + c * ND_SPLIT_WORDS)) == ND_SPLIT_EMPTY) {
+            }
         }
         float b[K];
-        b[0] = __uint_as_float((unsigned)w);
-        if (K > 1)
-            b[K - 1] = __uint_as_float((unsigned)(w >> 32));
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            b[i] = __uint_as_float((unsigned)(w[i / 2] >> (32 * (i & 1))));
         if (c == lane) {
 #pragma unroll
             for (int i = 0; i < K; i++)
@@ -170,11 +200,16 @@ template <int VEC, int PACKS, int THREADS> struct nd_split_ctx : nd_group_row<VE
         if (r >= ND_SPLIT_ROUNDS) /* an op with more all-reduces than the workspace has slots */
             __trap();
         nd_block_allreduce<K>(v, op, sm.block, r);
-        const unsigned long long *slots = ws.slot + ((int64_t)row * ND_SPLIT_ROUNDS + r) * ws.chunks;
-        if (threadIdx.x == 0) /* g = chunk * THREADS * PACKS */
-            nd_split_store(const_cast<unsigned long long *>(slots) + this->g / (THREADS * PACKS),
-                           (unsigned long long)__float_as_uint(v[0]) |
-                               (K > 1 ? (unsigned long long)__float_as_uint(v[K - 1]) << 32 : 0ull));
+        const unsigned long long *slots =
+            ws.slot + ((int64_t)row * ND_SPLIT_ROUNDS + r) * ws.chunks * ND_SPLIT_WORDS;
+        if (threadIdx.x == 0) { /* g = chunk * THREADS * PACKS */
+            unsigned long long *mine = const_cast<unsigned long long *>(slots) +
+                                       this->g / (THREADS * PACKS) * ND_SPLIT_WORDS;
+            if constexpr (K > 2)
+                nd_split_store2(mine, nd_split_word<K>(v, 0), nd_split_word<K>(v, 1));
+            else
+                nd_split_store(mine, nd_split_word<K>(v, 0));
+        }
         if (threadIdx.x < 32) {
             nd_split_gather<K>(v, op, slots, ws.chunks);
             if (threadIdx.x == 0) {
@@ -290,7 +325,7 @@ static nd_status nd_rows_split_try(const nd_rows_args<T> &a, const typename Op::
     if (chunks * ND_ROWS_SPLIT_SHARE > (int64_t)per_sm * di->sm_count)
         return ND_OK; /* see the deadlock argument at the kernel */
 
-    const size_t bytes = 16 + (size_t)a.rows * ND_SPLIT_ROUNDS * (size_t)chunks * 8;
+    const size_t bytes = 16 + (size_t)a.rows * ND_SPLIT_ROUNDS * (size_t)chunks * ND_SPLIT_WORDS * 8;
     void *ws_mem = NULL;
     ND_CUDA_TRY(err, cudaMallocAsync(&ws_mem, bytes, s));
     nd_split_ws ws;
