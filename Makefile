@@ -7,12 +7,17 @@
 #   make test-image   build the CPU container image (podman) and send it requests
 #   make test-gpu   GPU correctness tests (needs a CUDA device)
 #   make bench-cpu  CPU benchmark;   make bench-gpu  kernel benchmark;  make bench-service  wrk
-#   make fuzz       libFuzzer targets for the wire parsers (clang)
+#   make fuzz       libFuzzer targets: the wire parsers, and whole HTTP requests (clang)
+#   make test-asan  every test under ASan+UBSan+LSan;  make test-tsan  batcher and server under TSan
+#   make soak       ten minutes of mixed load with aborts against the CPU backend (bench/soak)
 
 BUILD   ?= build
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP
+# sanitizer flags for a build of its own (make test-asan / test-tsan set it with BUILD=...)
+SAN     ?=
+CFLAGS  += $(SAN)
 LDLIBS  += -pthread -lm
 
 # ---- CUDA: found on PATH or in the usual place; NVCC= (empty) forces a CPU-only build ----
@@ -76,8 +81,11 @@ define install_debs
 	  else echo "missing Debian packages:$$missing (run 'make $@' as root)"; exit 1; fi; \
 	fi
 endef
+# clang with its runtimes (libFuzzer, the sanitizers) for make fuzz, which .ci/run runs with
+# make test-asan and test-tsan (those use gcc's runtimes, which come with gcc).
+SAN_PKGS := clang libclang-rt-dev
 deps:
-	$(call install_debs,$(DEB_PKGS))
+	$(call install_debs,$(DEB_PKGS) $(SAN_PKGS))
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -192,16 +200,21 @@ DEVICE_DEBS := libcriterion3 libgit2-1.5 libhttp-parser2.9 libmbedcrypto7 libmbe
 device-debs:
 	mkdir -p .deb && cd .deb && apt-get download $(DEVICE_DEBS)
 
-# ---- fuzz: libFuzzer targets for the wire parsers (clang; not part of make test) ----
-# make fuzz builds $(BUILD)/fuzz/fuzz_{json,binary,v2} with ASan and UBSan and runs each for
-# FUZZ_SECONDS (seeds in fuzz/seeds/<target>, the growing corpus in $(BUILD)/fuzz/corpus_<target>).
-# Needs clang with libFuzzer (Debian: clang).
+# ---- fuzz: libFuzzer targets (clang; not part of make test, run briefly by .ci/run) ----
+# make fuzz builds $(BUILD)/fuzz/fuzz_{json,binary,v2} (the wire parsers) and fuzz_http (raw bytes
+# over TCP to the whole server, started in-process on the null backend) with ASan and UBSan and
+# runs each for FUZZ_SECONDS (seeds in fuzz/seeds/<target>, a dictionary in fuzz/<target>.dict
+# when there is one, the growing corpus in $(BUILD)/fuzz/corpus_<target>).
+# Needs clang with libFuzzer (Debian: clang, libclang-rt-dev; make deps installs them).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 30
 FUZZ_CFLAGS  ?= -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=undefined
 FUZZ_LIB_SRC := proto/request.c proto/json.c proto/binary.c proto/v2.c kernels/ops.c
-FUZZ_TARGETS := fuzz_json fuzz_binary fuzz_v2
+FUZZ_TARGETS := fuzz_json fuzz_binary fuzz_v2 fuzz_http
+# fuzz_http: the server and everything under it, CPU-only
+FUZZ_HTTP_SRC := $(filter-out server/main.c,$(SERVER_C)) $(wildcard proto/*.c) $(KERNELS_C) \
+                 kernels/cuda_stub.c
 
 $(BUILD)/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRC) proto/nd_proto.h proto/request.h proto/json_tensor.h \
                  proto/nd_v2.h
@@ -209,12 +222,46 @@ $(BUILD)/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRC) proto/nd_proto.h proto/request.h proto
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs $(FUZZ_CC) (apt-get install clang)"; exit 1; }
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $< $(FUZZ_LIB_SRC) -o $@ $(JSON_LIBS) -lm
 
+$(BUILD)/fuzz/fuzz_http: fuzz/fuzz_http.c $(FUZZ_HTTP_SRC) $(wildcard server/*.h proto/*.h kernels/*.h)
+	@mkdir -p $(dir $@)
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs $(FUZZ_CC) (apt-get install clang)"; exit 1; }
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -pthread $< $(FUZZ_HTTP_SRC) -o $@ $(MHD_LIBS) $(JSON_LIBS) $(ZLIB_LIBS) -lm
+
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%)
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(BUILD)/fuzz/corpus_$$t; echo "== $$t ($(FUZZ_SECONDS) s)"; \
-	  $(BUILD)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
+	  dict=; [ -f fuzz/$$t.dict ] && dict=-dict=fuzz/$$t.dict; \
+	  $(BUILD)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 $$dict \
 	    -artifact_prefix=$(BUILD)/fuzz/$$t- $(BUILD)/fuzz/corpus_$$t fuzz/seeds/$$t; \
 	done
+
+# ---- sanitizers: CPU-only builds of their own, gcc's runtimes (in .ci/run) ----
+# make test-asan: every unit and integration test, tests/py included, with normd and the tests
+# built with AddressSanitizer and UndefinedBehaviorSanitizer, LeakSanitizer with them (a daemon
+# that leaks exits non-zero at SIGTERM, which the tests check), in $(BUILD)/asan. The RSS bounds
+# of it_hardening are skipped there (NORMD_SANITIZED=1): shadow memory is not the daemon's.
+# make test-tsan: normd under ThreadSanitizer ($(BUILD)/tsan/normd), driven by the server's
+# integration tests (it_server; it_hardening's aborts, drain and deadline suites), which run the
+# batcher from many threads at once: a race report makes the daemon exit 66 at SIGTERM, which the
+# tests check. The test programs themselves are built without TSan: Criterion's runner cannot
+# start under it (Snaipe/Criterion#274), which rules out test_batcher there.
+ASAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+              -fno-sanitize-recover=undefined
+TSAN_FLAGS := -O1 -g -fsanitize=thread
+SAN_ENV := NORMD_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1 \
+           UBSAN_OPTIONS=print_stacktrace=1 TSAN_OPTIONS=second_deadlock_stack=1
+.PHONY: test-asan test-tsan
+test-asan: deps
+	@$(SAN_ENV) $(MAKE) --no-print-directory BUILD=$(BUILD)/asan NVCC= SAN="$(ASAN_FLAGS)" \
+	  VENV=$(BUILD)/venv unit-test integration-test py-test
+test-tsan: deps
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)/tsan NVCC= SAN="$(TSAN_FLAGS)" $(BUILD)/tsan/normd
+	@$(MAKE) --no-print-directory $(BUILD)/tests/it_server $(BUILD)/tests/it_hardening
+	@echo "== it_server (normd under tsan)"; \
+	  $(SAN_ENV) NORMD_BIN=$(BUILD)/tsan/normd $(BUILD)/tests/it_server --jobs 1
+	@echo "== it_hardening aborts (100 per state), drain, deadline (normd under tsan)"; \
+	  $(SAN_ENV) ND_ABORTS=100 NORMD_BIN=$(BUILD)/tsan/normd $(BUILD)/tests/it_hardening \
+	    --jobs 1 --filter '@(aborts|drain|deadline)/*'
 
 # ---- GPU benchmarks ----
 # bench/*.cu are built by nvcc against the kernels library. make bench-gpu runs the kernel
@@ -246,3 +293,40 @@ gpu-check: $(BUILD)/bench/bench_gpu $(GPU_BIN)
 # Variables for run.sh: CONFIGS, CONNS, DURATION, WRK_THREADS, NORMD_EXTRA, RESULTS_DIR.
 bench-service: $(BUILD)/normd
 	NORMD_BIN=$(BUILD)/normd bench/service/run.sh
+
+# ---- soak ----
+# make soak: bench/soak/soak.py drives $(BUILD)/normd (CPU backend) for SOAK_MINUTES with wrk at
+# SOAK_CONNS connections (mixed operators, dtypes, shapes, binary and JSON; bench/soak/mixed.lua)
+# beside clients that check every answer against a float64 reference and clients that abort at
+# random points; it fails on a wrong answer, on idle RSS growing more than 10% after the warm-up,
+# or on an unclean exit, and writes bench/results/soak.{csv,png}.
+SOAK_MINUTES ?= 10
+SOAK_CONNS   ?= 256
+SOAK_PYTHON  ?= python3
+SOAK_PKGS    := wrk python3-matplotlib
+.PHONY: soak soak-deps
+soak-deps:
+	$(call install_debs,$(SOAK_PKGS))
+soak: soak-deps $(BUILD)/normd
+	$(SOAK_PYTHON) bench/soak/soak.py --normd $(BUILD)/normd --minutes $(SOAK_MINUTES) \
+	  --conns $(SOAK_CONNS) --results bench/results
+
+# ---- JSON numbers (issue 12): the scanner's benchmark, the exhaustive float32 check, fuzzing ----
+# make bench-json: parse and encode rates of whole JSON requests and answers on one core
+# (bench/bench_json.c; table, and CSV in $(BUILD)/bench_json.csv). make test-f32-exhaustive: the
+# float32 writer over all 2^32 patterns (exhaustive::all_float32 in tests/test_json_num.c, skipped
+# by make test; minutes on every core). fuzz_json_tensor: the scanner against the jansson walk it
+# replaced (fuzz/json_oracle.h).
+.PHONY: bench-json test-f32-exhaustive
+$(BUILD)/bench/bench_json: bench/bench_json.c $(BUILD)/libndproto.a $(BUILD)/libndkernels.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(JSON_LIBS) $(LDLIBS)
+bench-json: $(BUILD)/bench/bench_json
+	./$(BUILD)/bench/bench_json --csv $(BUILD)/bench_json.csv
+test-f32-exhaustive: $(BUILD)/tests/test_json_num
+	ND_F32_EXHAUSTIVE=1 ./$(BUILD)/tests/test_json_num --filter 'exhaustive/*' --jobs 1
+FUZZ_JSON_SRC := proto/json_tensor.c proto/json_num.c
+FUZZ_LIB_SRC += $(FUZZ_JSON_SRC)
+FUZZ_TARGETS += fuzz_json_tensor
+$(FUZZ_TARGETS:%=$(BUILD)/fuzz/%): $(FUZZ_JSON_SRC) proto/json_num.h fuzz/json_oracle.h
+fuzz: $(BUILD)/fuzz/fuzz_json_tensor

@@ -76,31 +76,41 @@ static inline uint16_t nd_float_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-/* Element i of a tensor of dtype dt, widened to float. */
+/* Element i of a tensor of dtype dt, widened to float. p need not be aligned (a v2 answer's
+ * binary outputs follow a JSON header of any length): the loads go through memcpy, which
+ * compiles to the same single load. */
 static inline float nd_load(nd_dtype dt, const void *p, int64_t i)
 {
+    uint16_t h;
+    float f;
     switch (dt) {
     case ND_FLOAT16:
-        return nd_half_to_float(((const uint16_t *)p)[i]);
+        memcpy(&h, (const char *)p + 2 * i, 2);
+        return nd_half_to_float(h);
     case ND_BFLOAT16:
-        return nd_bf16_to_float(((const uint16_t *)p)[i]);
+        memcpy(&h, (const char *)p + 2 * i, 2);
+        return nd_bf16_to_float(h);
     default:
-        return ((const float *)p)[i];
+        memcpy(&f, (const char *)p + 4 * i, 4);
+        return f;
     }
 }
 
-/* Store v, rounded to dtype dt, as element i. */
+/* Store v, rounded to dtype dt, as element i (p need not be aligned). */
 static inline void nd_store(nd_dtype dt, void *p, int64_t i, float v)
 {
+    uint16_t h;
     switch (dt) {
     case ND_FLOAT16:
-        ((uint16_t *)p)[i] = nd_float_to_half(v);
+        h = nd_float_to_half(v);
+        memcpy((char *)p + 2 * i, &h, 2);
         break;
     case ND_BFLOAT16:
-        ((uint16_t *)p)[i] = nd_float_to_bf16(v);
+        h = nd_float_to_bf16(v);
+        memcpy((char *)p + 2 * i, &h, 2);
         break;
     default:
-        ((float *)p)[i] = v;
+        memcpy((char *)p + 4 * i, &v, 4);
         break;
     }
 }

@@ -1,12 +1,12 @@
 /*
  * json.c - the JSON request body: {"shape": [...], "dtype": "...", "data": [...], ...}.
  *
- * jansson parses the body (duplicate keys rejected); we then walk its arrays with
- * json_array_size/json_array_get and write every number, rounded once to the dtype, straight into
- * one malloc'ed block (req->owned) that holds x and the inline parameters, each at a 64-byte
- * aligned offset. The tensor walk (nd_json_tensor_check/fill, json_tensor.h) is shared with the v2
- * parser in v2.c. jansson still builds one json_t per number; that is the price of the JSON form
- * (the raw binary form is the fast path).
+ * The numeric arrays (data, gamma, beta, weight, alpha) are read by our own scanner and jansson
+ * parses the rest (json_tensor.h: nd_json_doc_load; duplicate keys rejected, messages for invalid
+ * JSON are jansson's). Every number is then written, rounded once to the dtype, straight into one
+ * malloc'ed block (req->owned) that holds x and the inline parameters, each at a 64-byte aligned
+ * offset. The tensor reading (nd_json_tensor_*, json_tensor.h) is shared with the v2 parser in
+ * v2.c.
  *
  * Choices a client may notice:
  *   - data is flat (length = product of shape) or nested exactly as shape; without shape, the shape
@@ -62,6 +62,12 @@ static const struct {
     [F_PARAMS] = {"params", OPS_ALL},
 };
 _Static_assert(sizeof fields / sizeof fields[0] == F_COUNT, "fields must list every enum field");
+/* The tensor fields are the scanner's /v1 sites, in the same order. */
+_Static_assert(F_GAMMA - F_DATA == ND_JSON_SITE_GAMMA && F_BETA - F_DATA == ND_JSON_SITE_BETA &&
+                   F_WEIGHT - F_DATA == ND_JSON_SITE_WEIGHT &&
+                   F_ALPHA - F_DATA == ND_JSON_SITE_ALPHA &&
+                   F_ALPHA - F_DATA + 1 == ND_JSON_V1_SITES,
+               "tensor fields and sites in step");
 
 const char *nd_json_type_name(const json_t *v)
 {
@@ -94,162 +100,10 @@ static void accepted_list(nd_op op, char *buf, size_t size)
             n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? ", " : "", fields[f].name);
 }
 
-/* ======================================================================== numbers */
-
-/* The exact value of a JSON number as a double, rounded to odd when it does not fit (integers
- * beyond 2^53), so that nd_store_f64's rounding stays a single rounding. 0, or -1 for non-numbers. */
-static inline int number_value(const json_t *v, double *out)
+/* A parameter given as something else than an array (t NULL: v is what the client sent). */
+static int check_param(const nd_json_tensor *t, const json_t *v, const char *name, nd_error *err)
 {
-    if (json_is_real(v)) {
-        *out = json_real_value(v);
-        return 0;
-    }
-    if (json_is_integer(v)) {
-        json_int_t i = json_integer_value(v);
-        double d = (double)i;
-        if (i > ((json_int_t)1 << 53) || i < -((json_int_t)1 << 53)) {
-            /* d is exact iff it converts back (2^63 itself is never exact for an int64) */
-            int exact = fabs(d) < 9223372036854775808.0 && (json_int_t)d == i;
-            if (!exact) {
-                uint64_t u;
-                memcpy(&u, &d, sizeof u);
-                if (!(u & 1)) {
-                    int away = fabs(d) > 9223372036854775807.0 ||
-                               (i > 0 ? (json_int_t)d > i : (json_int_t)d < i);
-                    u = away ? u - 1 : u + 1;
-                    memcpy(&d, &u, sizeof d);
-                }
-            }
-        }
-        *out = d;
-        return 0;
-    }
-    return -1;
-}
-
-/* A path in messages: the tensor's name (at most 63 bytes) and up to ND_MAX_DIMS "[index]". */
-#define PATH_SIZE (64 + ND_MAX_DIMS * 24)
-
-/* Converts element v into element i of dst; path names it in messages ("data[3]"). */
-static int put_number(const json_t *v, nd_dtype dt, void *dst, int64_t i, const char *path,
-                      nd_error *err)
-{
-    double d;
-    if (number_value(v, &d) != 0)
-        return nd_proto_fail(err, 400, "%s: expected a number, got %s", path,
-                             nd_json_type_name(v));
-    if (!isfinite(d) || nd_store_f64(dt, dst, i, d) != 0)
-        return nd_proto_fail(err, 400, "%s=%g is out of range for %s", path, d,
-                             nd_dtype_name(dt));
-    return 0;
-}
-
-/* Fills n elements of dst from the flat array arr, whose length the caller has checked. */
-static int fill_flat(const json_t *arr, nd_dtype dt, void *dst, const char *name, nd_error *err)
-{
-    const size_t n = json_array_size(arr);
-    for (size_t i = 0; i < n; i++) {
-        const json_t *v = json_array_get(arr, i);
-        double d;
-        /* the common case without building a path string */
-        if (number_value(v, &d) == 0 && isfinite(d) && nd_store_f64(dt, dst, (int64_t)i, d) == 0)
-            continue;
-        char path[PATH_SIZE];
-        snprintf(path, sizeof path, "%.63s[%zu]", name, i);
-        return put_number(v, dt, dst, (int64_t)i, path, err);
-    }
-    return 0;
-}
-
-/* Walks data nested as shape, depth levels in, writing elements from *pos on. With dst NULL it
- * checks the nesting only, so that nothing is allocated for a shape the data does not fill. path
- * (PATH_SIZE bytes) holds plen bytes: the name and the indices down to this level. */
-static int fill_nested(const json_t *arr, const int64_t *shape, int ndim, nd_dtype dt, int depth,
-                       int64_t *pos, char *path, size_t plen, void *dst, nd_error *err)
-{
-    const int64_t want = shape[depth];
-    const size_t n = json_array_size(arr);
-    const size_t psize = PATH_SIZE;
-    if ((int64_t)n != want) {
-        char s[ND_MAX_DIMS * 21 + 4];
-        nd_shape_str(shape, ndim, s, sizeof s);
-        return nd_proto_fail(err, 400, "%s has %zu entries, shape %s needs %lld there", path, n,
-                             s, (long long)want);
-    }
-    for (size_t i = 0; i < n; i++) {
-        const json_t *v = json_array_get(arr, i);
-        if (depth + 1 < ndim) {
-            size_t l = plen + (size_t)snprintf(path + plen, psize - plen, "[%zu]", i);
-            if (!json_is_array(v)) {
-                char s[ND_MAX_DIMS * 21 + 4];
-                nd_shape_str(shape, ndim, s, sizeof s);
-                return nd_proto_fail(err, 400,
-                                     "%s: expected an array (shape %s nests %d deep), got %s",
-                                     path, s, ndim, nd_json_type_name(v));
-            }
-            int rc = fill_nested(v, shape, ndim, dt, depth + 1, pos, path, l, dst, err);
-            if (rc)
-                return rc;
-            path[plen] = '\0';
-        } else if (!dst) {
-            if (json_is_array(v)) {
-                snprintf(path + plen, psize - plen, "[%zu]", i);
-                return nd_proto_fail(err, 400, "%s: expected a number, got an array", path);
-            }
-        } else {
-            double d;
-            if (number_value(v, &d) == 0 && isfinite(d) && nd_store_f64(dt, dst, *pos, d) == 0) {
-                ++*pos;
-                continue;
-            }
-            snprintf(path + plen, psize - plen, "[%zu]", i);
-            return put_number(v, dt, dst, *pos, path, err);
-        }
-    }
-    return 0;
-}
-
-static int is_nested(const json_t *arr)
-{
-    return json_is_array(json_array_get(arr, 0));
-}
-
-int nd_json_tensor_check(const json_t *arr, const int64_t *shape, int ndim, int64_t elems,
-                         const char *name, nd_error *err)
-{
-    if (is_nested(arr)) {
-        char path[PATH_SIZE];
-        int64_t pos = 0;
-        int plen = snprintf(path, 64, "%s", name);
-        return fill_nested(arr, shape, ndim, ND_FLOAT32, 0, &pos, path,
-                           plen < 64 ? (size_t)plen : 63, NULL, err);
-    }
-    if ((int64_t)json_array_size(arr) != elems) {
-        char s[ND_MAX_DIMS * 21 + 4];
-        nd_shape_str(shape, ndim, s, sizeof s);
-        return nd_proto_fail(err, 400, "%.63s has %zu numbers, shape %s needs %lld", name,
-                             json_array_size(arr), s, (long long)elems);
-    }
-    return 0;
-}
-
-int nd_json_tensor_fill(const json_t *arr, const int64_t *shape, int ndim, nd_dtype dt,
-                        void *dst, const char *name, nd_error *err)
-{
-    if (is_nested(arr)) {
-        char path[PATH_SIZE];
-        int64_t pos = 0;
-        int plen = snprintf(path, 64, "%s", name);
-        return fill_nested(arr, shape, ndim, dt, 0, &pos, path, plen < 64 ? (size_t)plen : 63,
-                           dst, err);
-    }
-    return fill_flat(arr, dt, dst, name, err);
-}
-
-/* A flat parameter array of n numbers (the caller checked the length) into dst. */
-static int check_param(const json_t *v, const char *name, nd_error *err)
-{
-    if (!json_is_array(v))
+    if (!t)
         return nd_proto_fail(err, 400, "%s: expected an array of numbers, got %s", name,
                              nd_json_type_name(v));
     return 0;
@@ -265,9 +119,10 @@ static size_t align64(size_t n)
 int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elems,
                         nd_request *req, nd_error *err)
 {
-    json_t *root = NULL;
+    nd_json_doc doc = {0};
+    json_t *root;
     const json_t *f[F_COUNT] = {0};
-    json_error_t jerr;
+    const nd_json_tensor *tf[F_COUNT] = {0}; /* the arrays at the tensor fields */
     const char *key;
     json_t *val;
     int64_t axis = 0;
@@ -277,10 +132,9 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
     if (rc)
         return rc;
 
-    root = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return nd_proto_fail(err, 400, "invalid JSON at line %d, column %d: %s", jerr.line,
-                             jerr.column, jerr.text);
+    if ((rc = nd_json_doc_load(&doc, ND_JSON_V1, body, len, err)))
+        goto fail;
+    root = doc.root;
     if (!json_is_object(root)) {
         rc = nd_proto_fail(err, 400, "body: expected a JSON object, got %s",
                            nd_json_type_name(root));
@@ -305,6 +159,8 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
         }
         if (!json_is_null(val))
             f[k] = val;
+        if (k >= F_DATA && k <= F_ALPHA)
+            tf[k] = nd_json_doc_tensor(&doc, (size_t)(k - F_DATA), val);
     }
 
     /* ---- scalar metadata ---- */
@@ -375,17 +231,17 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
     }
 
     /* ---- shape, given or inferred from data ---- */
-    const json_t *data = f[F_DATA];
-    if (!data) {
+    const nd_json_tensor *data = tf[F_DATA];
+    if (!f[F_DATA]) {
         rc = nd_proto_fail(err, 400, "data: required (an array of numbers)");
         goto fail;
     }
-    if (!json_is_array(data)) {
+    if (!data) {
         rc = nd_proto_fail(err, 400, "data: expected an array of numbers, got %s",
-                           nd_json_type_name(data));
+                           nd_json_type_name(f[F_DATA]));
         goto fail;
     }
-    const int nested = json_is_array(json_array_get(data, 0));
+    const int nested = nd_json_tensor_nested(data);
     if (f[F_SHAPE]) {
         const json_t *s = f[F_SHAPE];
         size_t n;
@@ -413,9 +269,10 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
         }
         req->ndim = (int)n;
     } else if (nested) {
-        const json_t *cur = data;
-        while (json_is_array(cur)) {
-            size_t n = json_array_size(cur);
+        int64_t dims[ND_MAX_DIMS + 1];
+        const int levels = nd_json_tensor_dims(data, dims, ND_MAX_DIMS + 1);
+        for (int k = 0; k < levels; k++) {
+            const int64_t n = dims[k];
             if (req->ndim == ND_MAX_DIMS) {
                 rc = nd_proto_fail(err, 400, "data: nested deeper than %d levels", ND_MAX_DIMS);
                 goto fail;
@@ -425,16 +282,15 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
                                              "be 0)");
                 goto fail;
             }
-            req->shape[req->ndim++] = (int64_t)n;
-            cur = json_array_get(cur, 0);
+            req->shape[req->ndim++] = n;
         }
     } else {
-        if (json_array_size(data) == 0) {
+        if (nd_json_tensor_len(data) == 0) {
             rc = nd_proto_fail(err, 400, "data: is empty (no dimension may be 0)");
             goto fail;
         }
         req->ndim = 1;
-        req->shape[0] = (int64_t)json_array_size(data);
+        req->shape[0] = (int64_t)nd_json_tensor_len(data);
     }
 
     if ((rc = nd_request_finish(req, f[F_AXIS] != NULL, axis, max_elems, err)))
@@ -448,27 +304,27 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
     for (int k = F_GAMMA; k <= F_WEIGHT; k++) {
         if (!f[k])
             continue;
-        if ((rc = check_param(f[k], fields[k].name, err)))
+        if ((rc = check_param(tf[k], f[k], fields[k].name, err)))
             goto fail;
-        if ((int64_t)json_array_size(f[k]) != cols) {
+        if ((int64_t)nd_json_tensor_len(tf[k]) != cols) {
             rc = nd_proto_fail(err, 400,
                                "%s has %zu numbers, expected %lld (the size of the last "
                                "dimension)",
-                               fields[k].name, json_array_size(f[k]), (long long)cols);
+                               fields[k].name, nd_json_tensor_len(tf[k]), (long long)cols);
             goto fail;
         }
     }
     if (op == ND_OP_PRELU && !req->params[0]) {
-        const json_t *a = f[F_ALPHA];
+        const nd_json_tensor *a = tf[F_ALPHA];
         int64_t n;
-        if (!a) {
+        if (!f[F_ALPHA]) {
             rc = nd_proto_fail(err, 400, "alpha: required for prelu (or name a registered "
                                          "parameter set with params)");
             goto fail;
         }
-        if ((rc = check_param(a, "alpha", err)))
+        if ((rc = check_param(a, f[F_ALPHA], "alpha", err)))
             goto fail;
-        n = (int64_t)json_array_size(a);
+        n = (int64_t)nd_json_tensor_len(a);
         if (n != 1 && n != req->mid) {
             if (req->mid == 1)
                 rc = nd_proto_fail(err, 400, "alpha has %lld numbers, expected 1", (long long)n);
@@ -488,7 +344,7 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
     const size_t pbytes = align64((size_t)cols * esize);
     size_t total = align64(xbytes);
     size_t off_gamma = 0, off_beta = 0, off_alpha = 0;
-    const json_t *g = op == ND_OP_RMSNORM ? f[F_WEIGHT] : f[F_GAMMA];
+    const nd_json_tensor *g = op == ND_OP_RMSNORM ? tf[F_WEIGHT] : tf[F_GAMMA];
     if (g && op != ND_OP_PRELU) {
         off_gamma = total;
         total += pbytes;
@@ -512,27 +368,29 @@ int nd_proto_parse_json(nd_op op, const char *body, size_t len, int64_t max_elem
         goto fail;
     req->x = block;
     if (g && op != ND_OP_PRELU) {
-        if ((rc = fill_flat(g, req->dtype, block + off_gamma,
-                            op == ND_OP_RMSNORM ? "weight" : "gamma", err)))
+        if ((rc = nd_json_tensor_fill_flat(g, req->dtype, block + off_gamma,
+                                           op == ND_OP_RMSNORM ? "weight" : "gamma", err)))
             goto fail;
         req->gamma = block + off_gamma;
     }
     if (f[F_BETA]) {
-        if ((rc = fill_flat(f[F_BETA], req->dtype, block + off_beta, "beta", err)))
+        if ((rc = nd_json_tensor_fill_flat(tf[F_BETA], req->dtype, block + off_beta, "beta",
+                                           err)))
             goto fail;
         req->beta = block + off_beta;
     }
     if (req->alpha_count) {
-        if ((rc = fill_flat(f[F_ALPHA], req->dtype, block + off_alpha, "alpha", err)))
+        if ((rc = nd_json_tensor_fill_flat(tf[F_ALPHA], req->dtype, block + off_alpha, "alpha",
+                                           err)))
             goto fail;
         req->alpha = block + off_alpha;
     }
 
-    json_decref(root);
+    nd_json_doc_free(&doc);
     return 0;
 
 fail:
-    json_decref(root);
+    nd_json_doc_free(&doc);
     nd_request_free(req);
     req->x = req->gamma = req->beta = req->alpha = NULL;
     return rc;

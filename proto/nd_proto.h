@@ -108,8 +108,9 @@ int nd_proto_parse_binary(nd_op op, const nd_kv *query, size_t nquery, const voi
  * Encode a JSON answer {"shape":[...],"dtype":"...","data":[...]} plus "mean"/"rstd" when the
  * request asked for them and the pointer is not NULL (each holds nd_request_stat_rows(req)
  * floats). y holds req->elems elements of req->dtype. Numbers are the shortest decimal that reads
- * back as the same value (float32: "%.9g"); JSON has no infinity or NaN, so non-finite values are
- * written as null. *out is malloc'ed and NUL-terminated; returns 0, or -1 on allocation failure.
+ * back as the same value ("0.1", "1e-45"; laid out as printf's "%.9g" would); JSON has no infinity
+ * or NaN, so non-finite values are written as null. *out is malloc'ed and NUL-terminated; returns
+ * 0, or -1 on allocation failure.
  */
 int nd_proto_encode_json(const nd_request *req, const void *y, const float *mean,
                          const float *rstd, char **out, size_t *out_len);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_num.h"
 #include "request.h"
 
 /* ======================================================================== errors and helpers */
@@ -349,10 +350,15 @@ char *nd_proto_error_json(const char *msg)
 /* ======================================================================== JSON answers */
 
 /*
- * float16 and bfloat16 have 65536 values each, so the shortest decimal that reads back as the same
- * value is computed once per bit pattern, on first use, into a table; encoding is then a copy per
- * element. The read-back uses the parser's own rounding (nd_store_f64), so what we print is what
- * nd_proto_parse_json would take back bit for bit.
+ * float32 goes through Schubfach (json_num.c). float16 and bfloat16 have 65536 values each, so
+ * their shortest decimals are found once per bit pattern, on first use, into a table; encoding is
+ * then a copy per element. The search reads candidates back with the parser's own rounding
+ * (nd_store_f64 of strtod's double), so what we print is what nd_proto_parse_json takes back bit
+ * for bit: for each precision P from 1 up, printf's correctly rounded P digits and, when those
+ * miss, their neighbours one unit away (at a power of two the lower half of the rounding interval
+ * is half as wide, so the nearest P-digit decimal can miss while the one on the other side fits).
+ * The first P that fits is the shortest: the interval holds a P-digit decimal only if it holds
+ * the nearest one on one side of the value or the other.
  */
 typedef struct short_str {
     char s[23];
@@ -363,6 +369,16 @@ static short_str half_table[65536];
 static short_str bf16_table[65536];
 static pthread_once_t half_once = PTHREAD_ONCE_INIT;
 static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+
+/* Whether digits * 10^exp10 reads back as h. */
+static int reads_back(nd_dtype dt, uint16_t h, uint64_t digits, int exp10)
+{
+    char t[48];
+    uint16_t back = 0;
+    snprintf(t, sizeof t, "%llue%d", (unsigned long long)digits, exp10);
+    nd_store_f64(dt, &back, 0, strtod(t, NULL));
+    return back == (h & 0x7fffu);
+}
 
 static void table_fill(nd_dtype dt, short_str *table)
 {
@@ -377,14 +393,25 @@ static void table_fill(nd_dtype dt, short_str *table)
             memcpy(e->s, t, e->len);
             continue;
         }
-        for (int prec = 3; prec <= 9; prec++) {
-            uint16_t back = 0;
-            int n = snprintf(e->s, sizeof e->s, "%.*g", prec, (double)v);
-            nd_store_f64(dt, &back, 0, strtod(e->s, NULL));
-            e->len = (unsigned char)n;
-            if (back == h)
-                break;
+        uint64_t digits = 0;
+        int exp10 = 0;
+        for (int prec = 1; prec <= 9 && !digits; prec++) {
+            char t[48];
+            int x;
+            /* "d.ddde+X": the nearest prec-digit decimal to |v| */
+            snprintf(t, sizeof t, "%.*e", prec - 1, fabs((double)v));
+            uint64_t d = (uint64_t)(t[0] - '0');
+            for (int k = 2; k <= prec; k++)
+                d = d * 10 + (uint64_t)(t[k] - '0');
+            x = atoi(strchr(t, 'e') + 1) - (prec - 1);
+            if (reads_back(dt, h, d, x))
+                digits = d, exp10 = x;
+            else if (d > 1 && reads_back(dt, h, d - 1, x))
+                digits = d - 1, exp10 = x;
+            else if (reads_back(dt, h, d + 1, x))
+                digits = d + 1, exp10 = x;
         }
+        e->len = (unsigned char)(nd_json_put_decimal(e->s, signbit(v) != 0, digits, exp10) - e->s);
     }
 }
 
@@ -398,22 +425,7 @@ static void bf16_init(void)
     table_fill(ND_BFLOAT16, bf16_table);
 }
 
-/* The longest text one float32 takes: "%.9g" as in "-1.17549435e-38", or "null". */
-#define F32_TEXT_MAX 16
-_Static_assert(F32_TEXT_MAX + 1 == ND_JSON_NUMBER_MAX, "a number and its comma");
-
-static char *put_f32(char *p, float v)
-{
-    if (!isfinite(v)) {
-        memcpy(p, "null", 4);
-        return p + 4;
-    }
-    if (v == 0 && signbit(v)) { /* "-0" would read back as the integer 0 */
-        memcpy(p, "-0.0", 4);
-        return p + 4;
-    }
-    return p + snprintf(p, F32_TEXT_MAX + 1, "%.9g", (double)v);
-}
+_Static_assert(ND_JSON_F32_MAX + 1 <= ND_JSON_NUMBER_MAX, "a float32 and its comma");
 
 char *nd_json_put_numbers(char *p, nd_dtype dt, const void *src, int64_t n)
 {
@@ -438,14 +450,7 @@ char *nd_json_put_numbers(char *p, nd_dtype dt, const void *src, int64_t n)
         }
         return p;
     }
-    for (int64_t i = 0; i < n; i++) {
-        float f;
-        memcpy(&f, b + 4 * i, 4);
-        if (i)
-            *p++ = ',';
-        p = put_f32(p, f);
-    }
-    return p;
+    return nd_json_put_f32s(p, src, n);
 }
 
 static char *put_stats(char *p, const char *name, const float *v, int64_t n)

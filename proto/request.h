@@ -64,9 +64,9 @@ void nd_shape_str(const int64_t *shape, int ndim, char *buf, size_t size);
 
 /*
  * Writes n elements of dt from src as comma-separated JSON numbers (no brackets): the shortest
- * decimal that reads back as the same value (float32 "%.9g"), null for non-finite values, "-0.0"
- * for negative zero. p needs room for n * ND_JSON_NUMBER_MAX bytes; returns the end. src may be
- * unaligned.
+ * decimal that reads back as the same value, the nearest such for float32 (json_num.h), in "%.9g"'s
+ * layout; null for non-finite values, "-0.0" for negative zero. p needs room for
+ * n * ND_JSON_NUMBER_MAX bytes; returns the end. src may be unaligned.
  */
 char *nd_json_put_numbers(char *p, nd_dtype dt, const void *src, int64_t n);
 

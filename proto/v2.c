@@ -5,8 +5,9 @@
  * An inference request is read in stages, so that each check has what it needs and nothing is
  * allocated before the request is known to be whole:
  *   1. Inference-Header-Content-Length: how much of the body is JSON; the rest is binary tensors.
- *   2. The JSON (jansson, duplicate keys rejected): id, parameters, each input's name, datatype,
- *      shape and where its values are, then outputs.
+ *   2. The JSON (json_tensor.h: jansson for all but the inputs' "data" arrays, which our scanner
+ *      reads; duplicate keys rejected): id, parameters, each input's name, datatype, shape and
+ *      where its values are, then outputs.
  *   3. x's shape and the request parameters through request.h's helpers, exactly as the /v1
  *      parsers use them, so the view, the defaults and the limits are theirs.
  *   4. The parameter tensors' shapes, then every tensor's values: the binary sizes must tile the
@@ -187,12 +188,13 @@ typedef struct input {
     nd_dtype dtype;
     int ndim;
     int64_t shape[ND_MAX_DIMS];
-    const json_t *data;  /* NULL when the values are binary */
+    const nd_json_tensor *data; /* NULL when the values are binary */
     int64_t binary_size; /* parameters.binary_data_size; -1 when absent */
 } input;
 
 /* Reads inputs[i] into the slot its name gives; checks the name, datatype and shape's form. */
-static int read_input(nd_op op, const json_t *in, size_t i, input *in_slot, nd_error *err)
+static int read_input(const nd_json_doc *doc, nd_op op, const json_t *in, size_t i,
+                      input *in_slot, nd_error *err)
 {
     char q[64], list[64];
     if (!json_is_object(in))
@@ -281,15 +283,15 @@ static int read_input(nd_op op, const json_t *in, size_t i, input *in_slot, nd_e
         }
     }
 
-    t->data = member(in, "data");
-    if (t->data && t->binary_size >= 0)
+    const json_t *data = member(in, "data");
+    if (data && t->binary_size >= 0)
         return nd_proto_fail(err, 400,
                              "inputs[%zu]: has both data and parameters.binary_data_size; send "
                              "the values one way",
                              i);
-    if (t->data && !json_is_array(t->data))
+    if (data && !(t->data = nd_json_doc_tensor(doc, i, data)))
         return nd_proto_fail(err, 400, "inputs[%zu].data: expected an array of numbers, got %s",
-                             i, nd_json_type_name(t->data));
+                             i, nd_json_type_name(data));
     return 0;
 }
 
@@ -488,8 +490,8 @@ int nd_v2_parse_infer(nd_op op, const char *body, size_t len, const char *header
                       int64_t max_elems, nd_v2_request *out, nd_error *err)
 {
     nd_request *req = &out->req;
-    json_t *root = NULL;
-    json_error_t jerr;
+    nd_json_doc doc = {0};
+    json_t *root;
     input in[S_COUNT];
     req_params rp = {0};
     size_t jlen = len;
@@ -497,6 +499,7 @@ int nd_v2_parse_infer(nd_op op, const char *body, size_t len, const char *header
     int rc;
 
     memset(out, 0, sizeof *out);
+    memset(in, 0, sizeof in);
     for (int s = 0; s < S_COUNT; s++)
         in[s].index = -1;
     if ((rc = nd_request_begin(req, op, ND_WIRE_JSON, err)))
@@ -508,10 +511,9 @@ int nd_v2_parse_infer(nd_op op, const char *body, size_t len, const char *header
     if (header_len && (rc = read_header_len(header_len, len, &jlen, err)))
         return rc;
 
-    root = json_loadb(body, jlen, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return nd_proto_fail(err, 400, "invalid JSON at line %d, column %d: %s", jerr.line,
-                             jerr.column, jerr.text);
+    if ((rc = nd_json_doc_load(&doc, ND_JSON_V2, body, jlen, err)))
+        goto fail;
+    root = doc.root;
     if (!json_is_object(root)) {
         rc = nd_proto_fail(err, 400, "body: expected a JSON object, got %s",
                            nd_json_type_name(root));
@@ -550,7 +552,7 @@ int nd_v2_parse_infer(nd_op op, const char *body, size_t len, const char *header
         goto fail;
     }
     for (size_t i = 0; i < json_array_size(inputs); i++)
-        if ((rc = read_input(op, json_array_get(inputs, i), i, in, err)))
+        if ((rc = read_input(&doc, op, json_array_get(inputs, i), i, in, err)))
             goto fail;
     if (in[S_X].index < 0) {
         rc = nd_proto_fail(err, 400, "inputs: no input named \"x\" (required)");
@@ -707,11 +709,11 @@ int nd_v2_parse_infer(nd_op op, const char *body, size_t len, const char *header
         req->alpha_count = in[S_ALPHA].shape[0];
     }
 
-    json_decref(root);
+    nd_json_doc_free(&doc);
     return 0;
 
 fail:
-    json_decref(root);
+    nd_json_doc_free(&doc);
     nd_v2_request_free(out);
     memset(out, 0, sizeof *out);
     return rc;

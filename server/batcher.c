@@ -262,7 +262,8 @@ static void finish_all(nd_job *jobs, int status, const char *msg)
     }
 }
 
-/* The slot's staging is free again (before the answers go out: a burst's peak is then lower). */
+/* The batch is done with the slot's staging: the engine may give back what it grew for it
+ * (before the answers go out, so a burst's peak is lower). */
 static void release_staging(nd_batcher *b, int slot)
 {
     if (b->engine->vt->staging_release)

@@ -38,6 +38,7 @@ typedef struct nd_config {
     int devices[ND_MAX_DEVICES];
     int ndevices;              /* 0 = every visible device */
     int cuda_spin_us;          /* poll a batch's stream this long before blocking on it */
+    size_t cuda_zero_copy_bytes; /* batches up to this size run on mapped host memory, no copies */
     int fault_every;           /* testing: fail every Nth batch with a backend error (0 = never) */
     int slow_batch_us;         /* testing: every batch's run takes this much longer (0 = not) */
     char admin_token[256];     /* bearer token the admin routes require; "" = none configured */

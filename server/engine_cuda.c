@@ -13,9 +13,9 @@
  *     devices and load spreads without a separate scheduler.
  *   - Contexts are created with cudaDeviceScheduleBlockingSync: a batcher thread that waits for
  *     its stream sleeps instead of spinning, so streams x devices waiting threads do not eat the
- *     cores the HTTP threads need. The wake-up costs latency (tens of microseconds, more under
- *     load); --cuda-spin-us N polls the stream for up to N us first, for deployments that would
- *     rather spend CPU than latency. Off by default.
+ *     cores the HTTP threads need. Waking a sleeping thread costs latency (tens of microseconds,
+ *     more under load), so the wait first polls the stream for --cuda-spin-us (default 50): a
+ *     small batch is usually done by then, and a large one costs at most that much CPU.
  *   - Streams are non-blocking, so the synchronous copies of param_attach (legacy default stream,
  *     on an HTTP thread) never serialise with batches in flight.
  *   - Buffers grow on demand and are kept: in steady state nothing is allocated on the request
@@ -69,8 +69,11 @@ typedef struct cuda_slot {
     int ordinal;         /* CUDA device ordinal */
     cudaStream_t stream; /* non-blocking */
     cudaEvent_t k0, k1;  /* around the kernel, for the kernel time histogram */
-    /* pinned host staging and device buffers; host and device sides have the same capacity */
+    /* pinned host staging and device buffers; host and device sides have the same capacity.
+     * The host staging is also mapped into the device's address space (hm_*: the device's
+     * pointers to it), for batches small enough to run without copies (see cuda_run). */
     void *h_in, *h_out, *d_in, *d_out;
+    void *hm_in, *hm_out;
     size_t in_cap, out_cap;
 } cuda_slot;
 
@@ -79,6 +82,8 @@ typedef struct cuda_engine {
     int ordinal[ND_MAX_DEVICES];
     int verbose;
     int spin_us; /* --cuda-spin-us: poll the stream this long before blocking on it */
+    size_t zero_copy_bytes; /* --cuda-zero-copy-bytes: batches up to this size (in + out) run
+                             * on the mapped host staging, with no copies */
     atomic_int broken_claim; /* the first thread to see a sticky error claims the message */
     atomic_int broken;       /* then sets this, after writing broken_msg */
     char broken_msg[256];
@@ -169,6 +174,7 @@ static nd_status slot_grow(cuda_engine *ce, cuda_slot *s, int out_side, size_t w
     size_t *cap = out_side ? &s->out_cap : &s->in_cap;
     void **h = out_side ? &s->h_out : &s->h_in;
     void **d = out_side ? &s->d_out : &s->d_in;
+    void **hm = out_side ? &s->hm_out : &s->hm_in;
     if (want <= *cap && *h)
         return ND_OK;
     size_t n = want <= STAGING_INITIAL ? STAGING_INITIAL
@@ -182,17 +188,23 @@ static nd_status slot_grow(cuda_engine *ce, cuda_slot *s, int out_side, size_t w
         TRY(ce, s->dev, err, cudaFreeHost(*h));
     if (*d)
         TRY(ce, s->dev, err, cudaFree(*d));
-    *h = *d = NULL;
+    *h = *d = *hm = NULL;
     *cap = 0;
-    cudaError_t e = cudaHostAlloc(h, n, cudaHostAllocPortable);
+    cudaError_t e = cudaHostAlloc(h, n, cudaHostAllocPortable | cudaHostAllocMapped);
     if (e != cudaSuccess) {
         *h = NULL;
         return cuda_fail(ce, s->dev, e, "cudaHostAlloc", err);
     }
+    e = cudaHostGetDevicePointer(hm, *h, 0);
+    if (e != cudaSuccess) {
+        cudaFreeHost(*h);
+        *h = *hm = NULL;
+        return cuda_fail(ce, s->dev, e, "cudaHostGetDevicePointer", err);
+    }
     e = cudaMalloc(d, n);
     if (e != cudaSuccess) {
         cudaFreeHost(*h);
-        *h = *d = NULL;
+        *h = *d = *hm = NULL;
         return cuda_fail(ce, s->dev, e, "cudaMalloc", err);
     }
     *cap = n;
@@ -257,15 +269,18 @@ static int span(const void *base, size_t cap, const void *p, size_t n, size_t *e
     return 1;
 }
 
-/* The device address that mirrors a host staging pointer (NULL stays NULL). */
-static const void *dev_in(const cuda_slot *s, const void *p)
+/* The device address that mirrors a host staging pointer (NULL stays NULL): in the device
+ * buffers, or with zc in the mapped host staging itself. */
+static const void *dev_in(const cuda_slot *s, const void *p, int zc)
 {
-    return p ? (const char *)s->d_in + ((const char *)p - (const char *)s->h_in) : NULL;
+    const char *base = zc ? s->hm_in : s->d_in;
+    return p ? base + ((const char *)p - (const char *)s->h_in) : NULL;
 }
 
-static void *dev_out(const cuda_slot *s, const void *p)
+static void *dev_out(const cuda_slot *s, const void *p, int zc)
 {
-    return p ? (char *)s->d_out + ((const char *)p - (const char *)s->h_out) : NULL;
+    char *base = zc ? s->hm_out : s->d_out;
+    return p ? base + ((const char *)p - (const char *)s->h_out) : NULL;
 }
 
 /* A registered set's copy of tensor k on the slot's device, or NULL. */
@@ -276,19 +291,19 @@ static const void *pset_dev(const nd_param_set *ps, int dev, int k)
 
 /* The kernel, on the slot's stream, with device pointers. Inline parameters win over a
  * registered set, as in the cpu engine. */
-static nd_status launch(cuda_slot *s, const nd_batch *b, nd_error *err)
+static nd_status launch(cuda_slot *s, const nd_batch *b, int zc, nd_error *err)
 {
     const nd_param_set *ps = b->pset;
     const int ln = b->op == ND_OP_LAYERNORM;
     nd_batch_ptrs p = {
-        .x = dev_in(s, b->x),
-        .y = dev_out(s, b->y),
-        .mean = dev_out(s, b->mean),
-        .rstd = dev_out(s, b->rstd),
-        .gamma = b->gamma ? dev_in(s, b->gamma)
+        .x = dev_in(s, b->x, zc),
+        .y = dev_out(s, b->y, zc),
+        .mean = dev_out(s, b->mean, zc),
+        .rstd = dev_out(s, b->rstd, zc),
+        .gamma = b->gamma ? dev_in(s, b->gamma, zc)
                           : pset_dev(ps, s->dev, ln ? ND_PARAM_GAMMA : ND_PARAM_WEIGHT),
-        .beta = b->beta ? dev_in(s, b->beta) : pset_dev(ps, s->dev, ND_PARAM_BETA),
-        .alpha = b->alpha ? dev_in(s, b->alpha) : pset_dev(ps, s->dev, ND_PARAM_ALPHA),
+        .beta = b->beta ? dev_in(s, b->beta, zc) : pset_dev(ps, s->dev, ND_PARAM_BETA),
+        .alpha = b->alpha ? dev_in(s, b->alpha, zc) : pset_dev(ps, s->dev, ND_PARAM_ALPHA),
     };
     return nd_batch_call(b, &p, ND_API_CUDA, (void *)s->stream, err);
 }
@@ -338,10 +353,15 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
         }
     }
 
+    /* A small batch runs on the mapped host staging: the kernel reads x over the bus and
+     * writes y back the same way, which for a few tens of KiB is sooner than two copies, each
+     * with its own submission and completion on the stream. */
+    const int zc = ce->zero_copy_bytes > 0 && in_end + out_end <= ce->zero_copy_bytes;
     TRY(ce, s->dev, err, cudaSetDevice(s->ordinal));
     (void)cudaGetLastError(); /* a non-sticky error left on this thread is not this batch's */
-    TRY(ce, s->dev, err,
-        cudaMemcpyAsync(s->d_in, s->h_in, in_end, cudaMemcpyHostToDevice, s->stream));
+    if (!zc)
+        TRY(ce, s->dev, err,
+            cudaMemcpyAsync(s->d_in, s->h_in, in_end, cudaMemcpyHostToDevice, s->stream));
     b->h2d_bytes = in_end;
 
     nd_error kerr = {{0}};
@@ -350,13 +370,15 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
     if (e0 != cudaSuccess)
         st = cuda_fail(ce, s->dev, e0, "cudaEventRecord", &kerr);
     if (st == ND_OK)
-        st = launch(s, b, &kerr);
+        st = launch(s, b, zc, &kerr);
     if (st == ND_OK) {
         cudaError_t e1 = cudaEventRecord(s->k1, s->stream);
         if (e1 != cudaSuccess)
             st = cuda_fail(ce, s->dev, e1, "cudaEventRecord", &kerr);
     }
-    if (st == ND_OK) {
+    if (st == ND_OK && zc)
+        b->d2h_bytes = out_end;
+    else if (st == ND_OK) {
         cudaError_t e2 = cudaMemcpyAsync(s->h_out, s->d_out, out_end, cudaMemcpyDeviceToHost,
                                          s->stream);
         if (e2 != cudaSuccess)
@@ -569,6 +591,7 @@ nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
     ce->base.vt = &cuda_vt;
     ce->verbose = cfg->verbose;
     ce->spin_us = cfg->cuda_spin_us;
+    ce->zero_copy_bytes = cfg->cuda_zero_copy_bytes;
     atomic_init(&ce->broken_claim, 0);
     atomic_init(&ce->broken, 0);
 

@@ -28,6 +28,8 @@ int nd_server_passed_sockets(const nd_server *s);
 const char *nd_server_backend(const nd_server *s);
 /* Seconds from nd_server_start's call to now (its return, when asked right after). */
 double nd_server_startup_seconds(const nd_server *s);
+/* 1 when no request is open: none is being received, queued, run or answered. */
+int nd_server_idle(const nd_server *s);
 /* Nonzero once the engine reported that it cannot run anything any more. */
 int nd_server_broken(const nd_server *s);
 

@@ -86,6 +86,8 @@ typedef struct conn {
     long long charged;  /* bytes this request holds against the in-flight budget */
     int too_large;
     int binary;         /* /v1: the request is raw binary (and so is the answer) */
+    const char *media_guess; /* /v1 without a JSON or binary Content-Type: why binary was or was
+                              * not assumed (for error messages), else NULL */
     int gzip_answer;    /* 1 gzip, 2 deflate: the client accepts it and the answer is compressed */
     answer_form form;
     nd_kv query[ND_MAX_QUERY_ARGS];

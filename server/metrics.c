@@ -15,7 +15,7 @@
 #define MAX_BUCKETS 24
 
 /* HTTP status codes tracked individually; anything else lands in the last slot as its class. */
-static const int tracked_codes[] = {200, 400, 404, 405, 413, 415, 500, 503};
+static const int tracked_codes[] = {200, 400, 401, 404, 405, 413, 415, 500, 503, 504, 507};
 #define NCODES (int)(sizeof tracked_codes / sizeof tracked_codes[0])
 #define CODE_OTHER_4XX NCODES
 #define CODE_OTHER_5XX (NCODES + 1)

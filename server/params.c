@@ -24,6 +24,8 @@ struct nd_params {
     pthread_mutex_t lock; /* guards list, generation and every set's refs */
     entry *list;
     uint64_t generation;
+    int max_sets;     /* 0: no limit */
+    size_t max_bytes; /* 0: no limit */
 };
 
 static const char *const tensor_names[ND_PARAM_COUNT] = {"gamma", "beta", "weight", "alpha"};
@@ -41,6 +43,51 @@ nd_params *nd_params_create(nd_engine *engine)
     r->engine = engine;
     pthread_mutex_init(&r->lock, NULL);
     return r;
+}
+
+void nd_params_set_limits(nd_params *r, int max_sets, size_t max_bytes)
+{
+    r->max_sets = max_sets;
+    r->max_bytes = max_bytes;
+}
+
+static size_t set_bytes(const nd_param_set *p)
+{
+    size_t n = 0;
+    for (int k = 0; k < ND_PARAM_COUNT; k++)
+        if (p->host[k])
+            n += (size_t)p->count[k] * nd_dtype_size(p->dtype);
+    return n;
+}
+
+/* 0 when a set of `bytes` may be registered under name beside the sets in the list, else 507 or
+ * 413 with a message. Called with the lock held. */
+static int check_limits(nd_params *r, const char *name, size_t bytes, nd_error *err)
+{
+    if (r->max_bytes && bytes > r->max_bytes) {
+        nd_error_set(err, ND_EINVAL, "a parameter set of %zu bytes is over the limit of %zu "
+                                     "(--max-param-bytes)", bytes, r->max_bytes);
+        return 413;
+    }
+    int sets = 0;
+    size_t total = 0;
+    for (entry *e = r->list; e; e = e->next)
+        if (strcmp(e->set->name, name) != 0) { /* a set replaced by this one does not count */
+            sets++;
+            total += set_bytes(e->set);
+        }
+    if (r->max_sets && sets + 1 > r->max_sets) {
+        nd_error_set(err, ND_EINVAL, "%d parameter sets are registered, the limit "
+                                     "(--max-param-sets); DELETE one first", sets);
+        return 507;
+    }
+    if (r->max_bytes && total + bytes > r->max_bytes) {
+        nd_error_set(err, ND_EINVAL, "registered parameter sets hold %zu bytes; %zu more would "
+                                     "pass the limit of %zu (--max-param-bytes); DELETE one "
+                                     "first", total, bytes, r->max_bytes);
+        return 507;
+    }
+    return 0;
 }
 
 static void set_free(nd_params *r, nd_param_set *p)
@@ -105,6 +152,16 @@ int nd_params_put(nd_params *r, const char *name, nd_dtype dtype,
                                      "weight, alpha");
         return 400;
     }
+    size_t bytes = 0;
+    for (int k = 0; k < ND_PARAM_COUNT; k++)
+        if (tensors[k])
+            bytes += (size_t)count[k] * esz;
+    /* checked before anything is allocated, and again under the lock when it is inserted */
+    pthread_mutex_lock(&r->lock);
+    int st = check_limits(r, name, bytes, err);
+    pthread_mutex_unlock(&r->lock);
+    if (st)
+        return st;
     nd_param_set *p = calloc(1, sizeof *p);
     char *block = malloc(total);
     if (!p || !block) {
@@ -139,6 +196,13 @@ int nd_params_put(nd_params *r, const char *name, nd_dtype dtype,
     }
     nd_param_set *old = NULL;
     pthread_mutex_lock(&r->lock);
+    st = check_limits(r, name, bytes, err);
+    if (st) {
+        pthread_mutex_unlock(&r->lock);
+        free(e);
+        set_free(r, p);
+        return st;
+    }
     p->generation = ++r->generation;
     entry **pp = &r->list;
     while (*pp && strcmp((*pp)->set->name, name) != 0)

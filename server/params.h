@@ -45,6 +45,10 @@ void nd_params_destroy(nd_params *r);
 int nd_params_put(nd_params *r, const char *name, nd_dtype dtype,
                   const void *const tensors[ND_PARAM_COUNT], const int64_t count[ND_PARAM_COUNT],
                   nd_error *err);
+/* At most max_sets sets of max_bytes bytes together (their tensors); nd_params_put answers 507
+ * beyond either (413 for one set alone over max_bytes). A set that replaces one under the same
+ * name is counted in place of it. Default: no limits. */
+void nd_params_set_limits(nd_params *r, int max_sets, size_t max_bytes);
 /* Removes the name; returns 0, or 404 when there is no such set. */
 int nd_params_delete(nd_params *r, const char *name, nd_error *err);
 /* The set registered under name with one reference taken for the caller, or NULL. */

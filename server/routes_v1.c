@@ -118,6 +118,9 @@ static enum MHD_Result handle_op(conn *c)
                  ? nd_proto_parse_binary(c->op, c->query, c->nquery, c->body, c->len, max_elems,
                                          &c->job.req, &err)
                  : nd_proto_parse_json(c->op, c->body, c->len, max_elems, &c->job.req, &err);
+    if (st && c->media_guess)
+        return nd_conn_send_error(c, st, "%s (the body was %s; set Content-Type to say which "
+                                         "it is)", err.msg, c->media_guess);
     if (st)
         return nd_conn_send_error(c, st, "%s", err.msg);
     if (!c->binary && c->nquery > 0)

@@ -957,3 +957,98 @@ Test(server, metrics_have_the_device_series)
         cr_assert_eq(metric("normd_device_kernel_seconds_count", label), n);
     }
 }
+
+/* ---- content types: one rule for /v1, none for /v2 ---- */
+
+Test(server, content_types_follow_one_rule_and_errors_say_which_form_was_assumed)
+{
+    static const float x8[8] = {1, 2, 3, 4, 10, 20, 30, 40};
+    const char *json = "{\"shape\":[2,4],\"data\":[1,2,3,4,10,20,30,40]}";
+    static const struct {
+        const char *query;  /* after /v1/layernorm */
+        const char *ctype;  /* NULL: no header; "form": curl's default for -d */
+        int binary_body;
+        long code;
+        const char *needle; /* in the error message */
+    } cases[] = {
+        {"", "application/json", 0, 200, NULL},
+        {"", NULL, 0, 200, NULL},
+        {"", "form", 0, 200, NULL},
+        {"?shape=2,4", "application/octet-stream", 1, 200, NULL},
+        {"?shape=2,4", "form", 1, 200, NULL},
+        {"?shape=2,4", NULL, 1, 200, NULL},
+        /* binary bytes with curl's default type and no query string: read as JSON, and said */
+        {"", "form", 1, 400, "read as JSON because there is no query string"},
+        /* a JSON body with curl's default type and a query string: read as binary, and said */
+        {"?shape=2,4", "form", 0, 400, "read as raw binary because the query string"},
+        {"?shape=2,4", "application/json", 0, 400, "carries its metadata in the body"},
+        {"", "application/octet-stream", 1, 400, "shape"},
+        {"", "text/plain", 0, 415, "application/octet-stream"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char url[256];
+        snprintf(url, sizeof url, "%s/v1/layernorm%s", daemon_.base, cases[i].query);
+        const char *ctype = cases[i].ctype && !strcmp(cases[i].ctype, "form")
+                                ? "application/x-www-form-urlencoded"
+                                : cases[i].ctype;
+        const void *body = cases[i].binary_body ? (const void *)x8 : (const void *)json;
+        size_t len = cases[i].binary_body ? sizeof x8 : strlen(json);
+        nd_resp r;
+        cr_assert_eq(nd_http("POST", url, ctype, body, len, &r), 0);
+        cr_assert_eq(r.code, cases[i].code, "case %zu (%s %s): HTTP %ld: %s", i, cases[i].query,
+                     ctype ? ctype : "no type", r.code, r.body);
+        if (cases[i].needle)
+            cr_assert(strstr(r.body, cases[i].needle), "case %zu: no \"%s\" in %s", i,
+                      cases[i].needle, r.body);
+        nd_resp_free(&r);
+    }
+    /* /v2 bodies are a JSON header (and binary after it) whatever the type says */
+    const char *v2 = "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,2],\"datatype\":\"FP32\","
+                     "\"data\":[0,0]}]}";
+    char url[256];
+    snprintf(url, sizeof url, "%s/v2/models/softmax/infer", daemon_.base);
+    const char *types[] = {"application/json", "text/plain", NULL};
+    for (int i = 0; i < 3; i++) {
+        nd_resp r;
+        cr_assert_eq(nd_http("POST", url, types[i], v2, strlen(v2), &r), 0);
+        cr_assert_eq(r.code, 200, "v2 with %s: %ld %s", types[i] ? types[i] : "no type", r.code,
+                     r.body);
+        nd_resp_free(&r);
+    }
+}
+
+/* ---- one daemon per port ---- */
+
+Test(server, a_second_daemon_on_the_same_port_refuses_to_start)
+{
+    const char *bin = getenv("NORMD_BIN") ? getenv("NORMD_BIN") : "build/normd";
+    char listen[64], cmd[512];
+    snprintf(listen, sizeof listen, "127.0.0.1:%u", daemon_.port);
+    snprintf(cmd, sizeof cmd, "%s --listen %s --backend null 2>&1", bin, listen);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char out[1024] = "";
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1,
+              "the second daemon did not exit 1: status %d, %s", status, out);
+    cr_assert(strstr(out, listen) && strstr(out, "in use"),
+              "the message does not name the address and the cause: %s", out);
+    /* and the first one still answers alone */
+    expect_valid_request_works();
+}
+
+Test(configured, version_flag_prints_the_version)
+{
+    const char *bin = getenv("NORMD_BIN") ? getenv("NORMD_BIN") : "build/normd";
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "%s --version", bin);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char out[128] = "";
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    cr_assert_eq(pclose(p), 0);
+    cr_assert(!strncmp(out, "normd ", 6) && strchr(out, '.'), "--version printed %s", out);
+}

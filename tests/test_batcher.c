@@ -370,3 +370,56 @@ Test(batcher, destroy_runs_everything_already_queued)
     free(late);
     teardown();
 }
+
+Test(batcher, a_job_whose_deadline_passes_in_the_queue_gets_504_and_never_runs)
+{
+    setup(1024, 0, 64);
+    tjob *first = occupy_executor(4); /* the only executor is busy */
+    tjob *late = job_new(1, 4, 1e-5f, NULL, 1), *ontime = job_new(1, 4, 1e-5f, NULL, 2);
+    late->job.deadline = now_s() + 0.05;
+    ontime->job.deadline = now_s() + 60;
+    submit_ok(late);
+    submit_ok(ontime);
+    cr_assert_eq(nd_metrics_queue_depth(metrics), 2);
+    usleep(100000);
+    hold(0);
+    wait_done(late);
+    cr_assert_eq(late->job.status, 504, "status %d", late->job.status);
+    cr_assert(strstr(late->job.error, "deadline"), "%s", late->job.error);
+    cr_assert_null(late->job.y, "an expired job got results");
+    cr_assert_eq(late->job.batch_jobs, 0);
+    job_check_and_free(first);
+    job_check_and_free(ontime);
+    /* the expired job left no trace in the queue or in the batches */
+    cr_assert_eq(nd_metrics_queue_depth(metrics), 0);
+    cr_assert_eq(eng.nbatches, 2, "%d batches", eng.nbatches);
+    cr_assert_eq(eng.rows[1], 1);
+    free(late->x);
+    free(late);
+    teardown();
+}
+
+Test(batcher, an_idle_executor_wakes_up_for_a_deadline)
+{
+    setup(1024, 2000000, 64); /* batches wait 2 s for company */
+    tjob *t[3];
+    for (int i = 0; i < 3; i++) {
+        t[i] = job_new(1, 4, 1e-5f, NULL, (float)i);
+        t[i]->job.deadline = i == 1 ? now_s() + 0.1 : 0; /* the middle one of the group */
+        submit_ok(t[i]);
+    }
+    double t0 = now_s();
+    wait_done(t[1]);
+    double waited = now_s() - t0;
+    cr_assert_eq(t[1]->job.status, 504);
+    cr_assert(waited < 1.0, "504 after %.3f s for a 0.1 s deadline", waited);
+    cr_assert_eq(eng.nbatches, 0, "the group ran early");
+    nd_batcher_drain(batcher); /* the other two run, as one batch of 2 rows */
+    job_check_and_free(t[0]);
+    job_check_and_free(t[2]);
+    cr_assert_eq(eng.nbatches, 1);
+    cr_assert_eq(eng.rows[0], 2);
+    free(t[1]->x);
+    free(t[1]);
+    teardown();
+}

@@ -3,8 +3,10 @@
  * message naming the option.
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../server/config.h"
 
@@ -78,4 +80,49 @@ Test(config, listening_nowhere_is_refused)
     const char *argv[] = {"normd", "--listen", "off"};
     cr_assert_eq(load(&cfg, 3, argv, &err), -1);
     cr_assert(strstr(err.msg, "unix"), "%s", err.msg);
+}
+
+Test(config, beyond_loopback_needs_an_admin_token_or_the_explicit_flag)
+{
+    nd_config cfg;
+    nd_error err = {{0}};
+    const char *open_[] = {"normd", "--listen", "0.0.0.0:8000"};
+    cr_assert_eq(load(&cfg, 3, open_, &err), -1);
+    cr_assert(strstr(err.msg, "beyond loopback") && strstr(err.msg, "--admin-token-file"),
+              "%s", err.msg);
+    const char *flagged[] = {"normd", "--listen", "0.0.0.0:8000", "--allow-open-admin"};
+    cr_assert_eq(load(&cfg, 4, flagged, &err), 0, "%s", err.msg);
+    cr_assert_eq(cfg.allow_open_admin, 1);
+    const char *flag_off[] = {"normd", "--allow-open-admin=0", "--listen", "[::]:8000"};
+    cr_assert_eq(load(&cfg, 4, flag_off, &err), -1);
+    const char *loopback[] = {"normd", "--listen", "localhost:8000"};
+    cr_assert_eq(load(&cfg, 3, loopback, &err), 0, "%s", err.msg);
+    const char *v6loop[] = {"normd", "--listen", "[::1]:8000"};
+    cr_assert_eq(load(&cfg, 3, v6loop, &err), 0, "%s", err.msg);
+    setenv("NORMD_ALLOW_OPEN_ADMIN", "1", 1);
+    cr_assert_eq(load(&cfg, 3, open_, &err), 0, "%s", err.msg);
+    unsetenv("NORMD_ALLOW_OPEN_ADMIN");
+}
+
+Test(config, the_admin_token_is_the_first_line_of_its_file)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/normd-test-token-%d", (int)getpid());
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("  tok-123 \nsecond line ignored\n", f);
+    fclose(f);
+    nd_config cfg;
+    nd_error err = {{0}};
+    const char *argv[] = {"normd", "--admin-token-file", path, "--listen", "0.0.0.0:1"};
+    cr_assert_eq(load(&cfg, 5, argv, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(cfg.admin_token, "tok-123");
+    f = fopen(path, "w");
+    fputs("\n", f);
+    fclose(f);
+    cr_assert_eq(load(&cfg, 3, argv, &err), -1, "an empty token was taken");
+    cr_assert(strstr(err.msg, "admin-token-file"), "%s", err.msg);
+    unlink(path);
+    cr_assert_eq(load(&cfg, 3, argv, &err), -1, "a missing file was taken");
+    cr_assert(strstr(err.msg, path), "%s", err.msg);
 }

@@ -111,3 +111,29 @@ Test(params, invalid_names_and_empty_sets_are_refused)
     cr_assert(strstr(err.msg, "at least one"), "%s", err.msg);
     nd_params_destroy(r);
 }
+
+Test(params, limits_on_count_and_bytes)
+{
+    nd_params *r = nd_params_create(NULL);
+    nd_params_set_limits(r, 2, 64); /* two sets, 64 bytes (16 float32) together */
+    float g[20] = {0};
+    const void *t[ND_PARAM_COUNT] = {g, NULL, NULL, NULL};
+    int64_t c[ND_PARAM_COUNT] = {8, 0, 0, 0};
+    nd_error err = {{0}};
+    cr_assert_eq(nd_params_put(r, "a", ND_FLOAT32, t, c, &err), 0);
+    c[0] = 4;
+    cr_assert_eq(nd_params_put(r, "b", ND_FLOAT32, t, c, &err), 0);
+    cr_assert_eq(nd_params_put(r, "c", ND_FLOAT32, t, c, &err), 507);
+    cr_assert(strstr(err.msg, "max-param-sets"), "%s", err.msg);
+    c[0] = 13; /* replacing a: 52 + 16 > 64 */
+    cr_assert_eq(nd_params_put(r, "a", ND_FLOAT32, t, c, &err), 507);
+    cr_assert(strstr(err.msg, "max-param-bytes"), "%s", err.msg);
+    c[0] = 12; /* 48 + 16 = 64: fits, in place of the old a */
+    cr_assert_eq(nd_params_put(r, "a", ND_FLOAT32, t, c, &err), 0, "%s", err.msg);
+    c[0] = 17; /* alone over the limit */
+    cr_assert_eq(nd_params_put(r, "d", ND_FLOAT32, t, c, &err), 413);
+    cr_assert_eq(nd_params_delete(r, "b", &err), 0);
+    c[0] = 4;
+    cr_assert_eq(nd_params_put(r, "c", ND_FLOAT32, t, c, &err), 0, "%s", err.msg);
+    nd_params_destroy(r);
+}
