@@ -114,6 +114,8 @@ static inline const char *nd_json_read_number(const char *p, const char *end, do
             q -= 8;
             p += 8;
         }
+        if (p == end) /* the eight-digit steps ran to the end of the text */
+            return NULL;
         while ((d = (unsigned)(*p - '0')) < 10) {
             if (m < m_full)
                 m = m * 10 + d, q--;

@@ -249,6 +249,13 @@ static const char *read_key(const char *p, const char *end, char *key, size_t ca
 }
 
 /*
+ * jansson (2.14) reads one NUL byte right after a number or a literal (true, false, null) as
+ * nothing: its lexer reads the byte that ends the token and puts it back, and its input buffer then
+ * takes a 0 there for "empty" and reads on. So [1\0,2] is [1,2] to jansson, and to us.
+ */
+#define NUL_AFTER_TOKEN(p, end) ((p) < (end) && *(p) == '\0')
+
+/*
  * Reads the array at p (p[0] == '['), whose jansson depth is depth (the root value's is 1), into
  * the document's tokens as the tensor at site. Returns the byte after its closing bracket, or
  * NULL with sc->bad (not valid JSON) or sc->oom set.
@@ -295,13 +302,26 @@ value: /* p: the start of an entry, whitespace skipped */
     {
         const char c = *p;
         if (c == '-' || (unsigned)(c - '0') < 10) {
-            double v;
-            int is_int;
-            if (!(p = nd_json_read_number(p, end, &v, &is_int)))
-                goto bad;
-            PUSH(v);
-            if (is_int)
-                ints[(n - 1) >> 6] |= 1ull << ((n - 1) & 63);
+            /* a run of numbers joined by bare commas, the bulk of a tensor, in a tight loop;
+             * anything else (whitespace, the end of the array) goes the general way at after: */
+            size_t run = 0;
+            for (;;) {
+                double v;
+                int is_int;
+                if (!(p = nd_json_read_number(p, end, &v, &is_int)))
+                    goto bad;
+                PUSH(v);
+                if (is_int)
+                    ints[(n - 1) >> 6] |= 1ull << ((n - 1) & 63);
+                run++;
+                /* a number is always followed by a byte (nd_json_read_number) */
+                if (*p == '\0' && ++p == end) /* jansson's NUL quirk: see NUL_AFTER_TOKEN */
+                    goto bad;
+                if (*p != ',' || end - p < 2 || (p[1] != '-' && (unsigned)(p[1] - '0') >= 10))
+                    break;
+                p++;
+            }
+            top += level == 0 ? run - 1 : 0; /* the last one is counted at after: */
         } else if (c == '[') {
             PUSH(mark(K_OPEN, open));
             open = n - 1;
@@ -318,12 +338,15 @@ value: /* p: the start of an entry, whitespace skipped */
         } else if (c == 't' && end - p >= 4 && !memcmp(p, "true", 4)) {
             p += 4;
             PUSH(mark(K_BOOL, 1));
+            p += NUL_AFTER_TOKEN(p, end);
         } else if (c == 'f' && end - p >= 5 && !memcmp(p, "false", 5)) {
             p += 5;
             PUSH(mark(K_BOOL, 0));
+            p += NUL_AFTER_TOKEN(p, end);
         } else if (c == 'n' && end - p >= 4 && !memcmp(p, "null", 4)) {
             p += 4;
             PUSH(mark(K_NULL, 0));
+            p += NUL_AFTER_TOKEN(p, end);
         } else {
             goto bad;
         }

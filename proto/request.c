@@ -453,12 +453,72 @@ char *nd_json_put_numbers(char *p, nd_dtype dt, const void *src, int64_t n)
     return nd_json_put_f32s(p, src, n);
 }
 
-static char *put_stats(char *p, const char *name, const float *v, int64_t n)
+/*
+ * An answer starts with room for what numbers usually take, comma included: float32's shortest
+ * have 8 or 9 digits with a sign, a point and sometimes an exponent (about 11 bytes), 16-bit ones
+ * at most 8. It grows, block by block, only when a block's worst case (ND_JSON_NUMBER_MAX each)
+ * might not fit. Sizing every answer for its worst case would put the 8x1024 float32 answers of
+ * bench/service (about 90 KB) at 139 KB, past the 128 KiB mmap threshold that server/main.c
+ * keeps: a fresh mapping per answer, its page faults, and a TLB shootdown when it is unmapped.
+ */
+#define JSON_NUMBER_TYPICAL 12
+#define JSON_BLOCK 1024
+
+/* An answer being written: buf[0..cap), p the end so far. */
+typedef struct jout {
+    char *buf, *p;
+    size_t cap;
+} jout;
+
+/* Makes room for more bytes after p; 0, or -1 with the buffer released. */
+static int jout_room(jout *o, size_t more)
 {
-    p += sprintf(p, ",\"%s\":[", name);
-    p = nd_json_put_numbers(p, ND_FLOAT32, v, n);
-    *p++ = ']';
-    return p;
+    const size_t used = (size_t)(o->p - o->buf);
+    size_t cap = o->cap;
+    if (cap - used >= more)
+        return 0;
+    if (__builtin_add_overflow(used, more, &cap))
+        goto fail;
+    if (cap < o->cap / 2 * 3)
+        cap = o->cap / 2 * 3;
+    char *b = realloc(o->buf, cap);
+    if (!b)
+        goto fail;
+    o->buf = b;
+    o->p = b + used;
+    o->cap = cap;
+    return 0;
+fail:
+    free(o->buf);
+    o->buf = o->p = NULL;
+    return -1;
+}
+
+/* n numbers of dt from src, comma separated, a block at a time; 0 or -1 (buffer released). */
+static int jout_numbers(jout *o, nd_dtype dt, const void *src, int64_t n)
+{
+    const size_t es = nd_dtype_size(dt);
+    for (int64_t i = 0; i < n; i += JSON_BLOCK) {
+        const int64_t k = n - i < JSON_BLOCK ? n - i : JSON_BLOCK;
+        if (jout_room(o, (size_t)k * ND_JSON_NUMBER_MAX + 1))
+            return -1;
+        if (i)
+            *o->p++ = ',';
+        o->p = nd_json_put_numbers(o->p, dt, (const char *)src + (size_t)i * es, k);
+    }
+    return 0;
+}
+
+/* ,"name":[numbers] */
+static int jout_stats(jout *o, const char *name, const float *v, int64_t n)
+{
+    if (jout_room(o, 16))
+        return -1;
+    o->p += sprintf(o->p, ",\"%s\":[", name);
+    if (jout_numbers(o, ND_FLOAT32, v, n) || jout_room(o, 1))
+        return -1;
+    *o->p++ = ']';
+    return 0;
 }
 
 int nd_proto_encode_json(const nd_request *req, const void *y, const float *mean,
@@ -468,43 +528,41 @@ int nd_proto_encode_json(const nd_request *req, const void *y, const float *mean
     const int64_t stats = nd_request_stat_rows(req);
     const int want_mean = (req->outputs & ND_OUT_MEAN) && mean && stats > 0;
     const int want_rstd = (req->outputs & ND_OUT_RSTD) && rstd && stats > 0;
-    size_t cap, per = ND_JSON_NUMBER_MAX, extra;
-    char *buf, *p;
+    /* the fixed text and the shape: what the sprintf calls below write, and a margin */
+    const size_t extra = 64 + (size_t)ND_MAX_DIMS * 21 + 32;
+    size_t count, cap;
+    jout o;
 
     *out = NULL;
     if (out_len)
         *out_len = 0;
-
-    /* An upper bound, so the loops below write without checking: the fixed text, the shape, then
-     * ND_JSON_NUMBER_MAX bytes per number (a 16-bit table entry is shorter). */
-    extra = 64 + (size_t)ND_MAX_DIMS * 21 + 32;
-    if (__builtin_mul_overflow((size_t)n, per, &cap) || __builtin_add_overflow(cap, extra, &cap))
+    if (__builtin_add_overflow((size_t)n, (size_t)(want_mean + want_rstd) * (size_t)stats,
+                               &count) ||
+        __builtin_mul_overflow(count, (size_t)JSON_NUMBER_TYPICAL, &cap) ||
+        __builtin_add_overflow(cap, extra, &cap))
         return -1;
-    for (int k = 0; k < want_mean + want_rstd; k++) {
-        size_t s;
-        if (__builtin_mul_overflow((size_t)stats, per, &s) ||
-            __builtin_add_overflow(cap, s + 16, &cap))
-            return -1;
-    }
-    buf = malloc(cap);
-    if (!buf)
+    o.buf = o.p = malloc(cap);
+    o.cap = cap;
+    if (!o.buf)
         return -1;
 
-    p = buf;
-    p += sprintf(p, "{\"shape\":[");
+    o.p += sprintf(o.p, "{\"shape\":[");
     for (int i = 0; i < req->ndim; i++)
-        p += sprintf(p, "%s%lld", i ? "," : "", (long long)req->shape[i]);
-    p += sprintf(p, "],\"dtype\":\"%s\",\"data\":[", nd_dtype_name(req->dtype));
-    p = nd_json_put_numbers(p, req->dtype, y, n);
-    *p++ = ']';
-    if (want_mean)
-        p = put_stats(p, "mean", mean, stats);
-    if (want_rstd)
-        p = put_stats(p, "rstd", rstd, stats);
-    *p++ = '}';
-    *p = '\0';
-    *out = buf;
+        o.p += sprintf(o.p, "%s%lld", i ? "," : "", (long long)req->shape[i]);
+    o.p += sprintf(o.p, "],\"dtype\":\"%s\",\"data\":[", nd_dtype_name(req->dtype));
+    if (jout_numbers(&o, req->dtype, y, n) || jout_room(&o, 1))
+        return -1;
+    *o.p++ = ']';
+    if (want_mean && jout_stats(&o, "mean", mean, stats))
+        return -1;
+    if (want_rstd && jout_stats(&o, "rstd", rstd, stats))
+        return -1;
+    if (jout_room(&o, 2))
+        return -1;
+    *o.p++ = '}';
+    *o.p = '\0';
+    *out = o.buf;
     if (out_len)
-        *out_len = (size_t)(p - buf);
+        *out_len = (size_t)(o.p - o.buf);
     return 0;
 }

@@ -410,7 +410,8 @@ static void compare_sites(const nd_json_doc *doc, const json_t *oroot, int v2, c
 Test(scan, mutated_bodies)
 {
     uint64_t s = rng_init();
-    static const char alphabet[] = "[]{}\",:0123456789-+.eE \t\n\\utrfalsn\x01\xc3\xa9";
+    /* with a NUL: jansson skips one right after a number or a literal */
+    static const char alphabet[] = "[]{}\",:0123456789-+.eE \t\n\\utrfalsn\x01\xc3\xa9\0";
     for (int iter = 0; iter < 12000; iter++) {
         const int v2 = iter % 2;
         sbuf b = {0};
@@ -476,6 +477,35 @@ Test(scan, nesting_depth)
                 free(b.p);
             }
         }
+    }
+}
+
+/* jansson takes one NUL right after a number or a literal as nothing; so does the scanner. */
+Test(scan, nul_after_a_token)
+{
+    static const struct {
+        const char *body;
+        size_t len;
+    } cases[] = {
+#define B(s) {s, sizeof s - 1}
+        B("{\"data\":[1\0,2]}"),        B("{\"data\":[[1.5\0],[2e3\0]]}"),
+        B("{\"data\":[1\0\0,2]}"),     B("{\"data\":[true\0,null\0]}"),
+        B("{\"data\":[1,\0 2]}"),       B("{\"data\":[1]\0}"),
+        B("{\"data\":[\"a\"\0]}"),    B("{\"data\":[1\0"),
+        B("{\"data\":[-0\0 , 7\0]}"),  B("{\"eps\":1\0,\"data\":[2]}"),
+#undef B
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        nd_json_doc doc;
+        json_t *oroot = NULL;
+        nd_error e1 = {{0}}, e2 = {{0}};
+        int r1 = nd_json_doc_load(&doc, ND_JSON_V1, cases[i].body, cases[i].len, &e1);
+        int r2 = oracle_load(cases[i].body, cases[i].len, &oroot, &e2);
+        AGREE(r1, e1, r2, e2, "NUL", cases[i].body);
+        if (r1 == 0)
+            compare_sites(&doc, oroot, 0, cases[i].body);
+        nd_json_doc_free(&doc);
+        json_decref(oroot);
     }
 }
 

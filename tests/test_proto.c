@@ -903,6 +903,38 @@ Test(encode, round_trip)
     }
 }
 
+/* An answer starts with room for numbers of typical length and grows: one whose every number is
+ * as long as float32 text gets (15 bytes) still comes out whole and reads back. */
+Test(encode, longest_numbers)
+{
+    const int64_t n = 20000;
+    float *y = malloc((size_t)n * sizeof *y);
+    uint64_t s = rng_init();
+    for (int64_t i = 0; i < n; i++) { /* -1.2e-38 .. -2.4e-38, mostly 9 digits: 15 bytes */
+        uint32_t u = 0x80800000u | ((uint32_t)rnd(&s) & 0x7fffffu);
+        memcpy(&y[i], &u, 4);
+    }
+    nd_request req = {0};
+    req.op = ND_OP_SOFTMAX;
+    req.dtype = ND_FLOAT32;
+    req.ndim = 1;
+    req.shape[0] = n;
+    req.elems = n;
+    req.outputs = ND_OUT_Y;
+    char *out;
+    size_t len;
+    cr_assert_eq(nd_proto_encode_json(&req, y, NULL, NULL, &out, &len), 0);
+    cr_assert_eq(strlen(out), len);
+    cr_assert_gt(len, (size_t)n * 14, "%zu bytes: not past the room answers start with", len);
+    nd_request back;
+    nd_error err;
+    cr_assert_eq(nd_proto_parse_json(ND_OP_SOFTMAX, out, len, 0, &back, &err), 0, "%s", err.msg);
+    cr_assert_eq(memcmp(back.x, y, (size_t)n * sizeof *y), 0);
+    nd_request_free(&back);
+    free(out);
+    free(y);
+}
+
 /* Every float16 and bfloat16 value round-trips, and is written in its shortest form. */
 Test(encode, every_16_bit_value)
 {
