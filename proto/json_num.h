@@ -192,9 +192,9 @@ char *nd_json_put_f32s(char *p, const void *src, int64_t n);
 
 /*
  * Writes digits * 10^exp10 (digits > 0 with at most 9 digits, its leading digit's decimal
- * exponent within +-99; neg for a minus sign) in "%.9g"'s layout without trailing zeros: with X the decimal exponent of the leading digit, fixed notation
- * for -4 <= X <= 8 ("0.00012", "12.5", "120000"), else d[.ddd]e+XX / e-XX, at least two exponent
- * digits ("1.5e-05", "3e+38"). Used by nd_json_put_f32 and by the float16/bfloat16 tables
+ * exponent X within +-99; neg for a minus sign) in "%.9g"'s layout without trailing zeros: fixed
+ * notation for -4 <= X <= 8 ("0.00012", "12.5", "120000"), else d[.ddd]e+XX / e-XX with two
+ * exponent digits ("1.5e-05", "3e+38"). Used by nd_json_put_f32 and by the float16/bfloat16 tables
  * (request.c), so that every answer looks alike. At most ND_JSON_F32_MAX bytes.
  */
 char *nd_json_put_decimal(char *p, int neg, uint64_t digits, int exp10);

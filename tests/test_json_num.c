@@ -278,6 +278,16 @@ Test(read, grammar)
     int is_int;
     cr_assert_null(nd_json_read_number("12", (const char *)"12" + 2, &v, &is_int));
     cr_assert_null(nd_json_read_number("1.5", (const char *)"1.5" + 3, &v, &is_int));
+    /* eight fraction digits that end the text exactly (the eight-digit step once read a byte
+     * past them; fuzz_json_tensor found it): an exact-size buffer, for AddressSanitizer */
+    static const char *const tails[] = {"0.12345678", "-1.87654321", "3.1415926535897932"};
+    for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++) {
+        size_t n = strlen(tails[i]);
+        char *t = malloc(n);
+        memcpy(t, tails[i], n);
+        cr_assert_null(nd_json_read_number(t, t + n, &v, &is_int), "%s", tails[i]);
+        free(t);
+    }
 }
 
 /* Integers are jansson's: int64 only, rounded to odd beyond 2^53 (one rounding later), -0 is 0. */
