@@ -84,6 +84,16 @@ void nd_v2_request_free(nd_v2_request *r);
 int nd_v2_encode_infer(const nd_v2_request *r, const void *y, const float *mean,
                        const float *rstd, char **out, size_t *out_len, size_t *json_len);
 
+/*
+ * nd_v2_encode_infer for an answer that may be written into y's own buffer: y_room bytes before
+ * y are the caller's to overwrite. When y is the only output sent in binary and the JSON part
+ * fits in that room, the JSON is written just before y and *out = (char *)y - *json_len: nothing
+ * is allocated or copied, *out is not to be freed on its own (it lies in y's allocation) and no
+ * NUL follows it. Otherwise (or with y_room 0) it is nd_v2_encode_infer, *out malloc'ed.
+ */
+int nd_v2_encode_infer_room(const nd_v2_request *r, void *y, size_t y_room, const float *mean,
+                            const float *rstd, char **out, size_t *out_len, size_t *json_len);
+
 /* ---- the other documents, each malloc'ed and NUL-terminated (NULL on allocation failure) ----
  * They come from jansson's json_dumps: free() them unless jansson's allocator is replaced. */
 

@@ -743,6 +743,12 @@ typedef struct answer_output {
 int nd_v2_encode_infer(const nd_v2_request *r, const void *y, const float *mean,
                        const float *rstd, char **out, size_t *out_len, size_t *json_len)
 {
+    return nd_v2_encode_infer_room(r, (void *)y, 0, mean, rstd, out, out_len, json_len);
+}
+
+int nd_v2_encode_infer_room(const nd_v2_request *r, void *y, size_t y_room, const float *mean,
+                            const float *rstd, char **out, size_t *out_len, size_t *json_len)
+{
     const nd_request *req = &r->req;
     const int64_t rows = nd_request_stat_rows(req);
     /* The statistics have x's shape without its last dimension: one per row; [1] for a rank-1 x
@@ -792,23 +798,33 @@ int nd_v2_encode_infer(const nd_v2_request *r, const void *y, const float *mean,
             no++;
     }
 
-    /* An upper bound, so that the writing below needs no checks: fixed text, the id escaped,
-     * then per output its fixed text, shape and numbers or its binary size and bytes. */
+    /* Upper bounds, so that the writing below needs no checks: the JSON part (fixed text, the id
+     * escaped, then per output its fixed text, shape, and numbers or binary size) and the binary
+     * outputs' bytes. */
     const size_t idlen = r->has_id ? strnlen(r->id, sizeof r->id) : 0;
-    size_t cap = 128 + strlen(nd_op_name(req->op)) + 2 + 6 * idlen;
+    size_t cap = 128 + strlen(nd_op_name(req->op)) + 2 + 6 * idlen, bin = 0;
+    int nbinary = 0, y_binary = 0;
     for (int k = 0; k < no; k++) {
-        size_t bytes, text;
+        size_t bytes, text = 48;
         if (__builtin_mul_overflow((size_t)o[k].n, nd_dtype_size(o[k].dtype), &bytes))
             return -1;
-        if (o[k].binary)
-            text = bytes + 48;
-        else if (__builtin_mul_overflow((size_t)o[k].n, (size_t)ND_JSON_NUMBER_MAX, &text))
+        if (o[k].binary) {
+            nbinary++;
+            y_binary |= o[k].data == y;
+            if (__builtin_add_overflow(bin, bytes, &bin))
+                return -1;
+        } else if (__builtin_mul_overflow((size_t)o[k].n, (size_t)ND_JSON_NUMBER_MAX, &text))
             return -1;
         if (__builtin_add_overflow(cap, text + 96 + (size_t)o[k].ndim * 21, &cap))
             return -1;
     }
-    char *buf = malloc(cap + 1);
-    if (!buf)
+    /* The answer in y's own buffer: the JSON part goes into the room before y, and y's bytes are
+     * already where they belong (no allocation, no copy of y). */
+    const int in_room = y_room > 0 && nbinary == 1 && y_binary && cap <= y_room;
+    char *buf = NULL;
+    if (in_room)
+        buf = (char *)y - y_room;
+    else if (__builtin_add_overflow(cap, bin, &cap) || !(buf = malloc(cap + 1)))
         return -1;
 
     char *p = buf;
@@ -836,6 +852,16 @@ int nd_v2_encode_infer(const nd_v2_request *r, const void *y, const float *mean,
     }
     p += sprintf(p, "]}");
     const size_t jl = (size_t)(p - buf);
+    if (in_room) {
+        char *start = (char *)y - jl;
+        memmove(start, buf, jl);
+        *out = start;
+        if (out_len)
+            *out_len = jl + bin;
+        if (json_len)
+            *json_len = jl;
+        return 0;
+    }
     for (int k = 0; k < no; k++) {
         if (!o[k].binary)
             continue;

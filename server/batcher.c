@@ -250,10 +250,9 @@ static void finish_all(nd_job *jobs, int status, const char *msg)
     for (nd_job *j = jobs, *next; j; j = next) {
         next = j->next; /* done hands the job back; do not touch it afterwards */
         if (status != 200) {
-            free(j->y);
+            nd_job_free_y(j);
             free(j->mean);
             free(j->rstd);
-            j->y = NULL;
             j->mean = j->rstd = NULL;
             snprintf(j->error, sizeof j->error, "%s", msg);
         }
@@ -305,7 +304,8 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
     for (nd_job *j = jobs; j; j = j->next) {
         const int jm = want_mean && (j->req.outputs & ND_OUT_MEAN);
         const int jr = want_rstd && (j->req.outputs & ND_OUT_RSTD);
-        j->y = malloc((size_t)j->req.elems * esz);
+        char *yb = malloc(j->y_room + (size_t)j->req.elems * esz);
+        j->y = yb ? yb + j->y_room : NULL;
         j->mean = jm ? malloc((size_t)j->req.outer * sizeof(float)) : NULL;
         j->rstd = jr ? malloc((size_t)j->req.outer * sizeof(float)) : NULL;
         if (!j->y || (jm && !j->mean) || (jr && !j->rstd))

@@ -19,6 +19,7 @@
 #define ND_BATCHER_H
 
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "../proto/nd_proto.h"
 #include "config.h"
@@ -39,7 +40,10 @@ struct nd_job {
     /* results, set before done is called */
     int status;           /* 200, or an HTTP error status */
     char error[256];
-    void *y;              /* req.elems elements of req.dtype, malloc'ed; the submitter frees */
+    size_t y_room;        /* set by the submitter: bytes to leave free before y in its buffer
+                           * (v2 writes its answer's JSON there); 0 for none */
+    void *y;              /* req.elems elements of req.dtype, y_room bytes into a malloc'ed
+                           * buffer; the submitter frees it with nd_job_free_y */
     float *mean, *rstd;   /* req.outer floats each when asked for, malloc'ed */
     /* where the job's time went, set before done is called (0 for stages it did not reach):
      * waiting in the queue, packing the batch (and, on a device, nothing more: copies are part of
@@ -52,6 +56,14 @@ struct nd_job {
     double t_enqueue;
     nd_job *next;
 };
+
+/* Frees y's buffer (which starts y_room bytes before y) and clears y. */
+static inline void nd_job_free_y(nd_job *j)
+{
+    if (j->y)
+        free((char *)j->y - j->y_room);
+    j->y = NULL;
+}
 
 typedef struct nd_batcher nd_batcher;
 

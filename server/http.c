@@ -495,7 +495,7 @@ static void request_completed(void *cls, struct MHD_Connection *mc, void **con_c
         nd_params_release(s->params, c->job.pset);
     nd_request_free(&c->job.req);
     nd_v2_request_free(&c->v2);
-    free(c->job.y);
+    nd_job_free_y(&c->job);
     free(c->job.mean);
     free(c->job.rstd);
     free(c->body);

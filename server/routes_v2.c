@@ -19,6 +19,10 @@
 #include "http_conn.h"
 #include "version.h"
 
+/* Bytes the batcher leaves before y for the answer's JSON part: enough for every output's header
+ * and an id of about 150 characters (a longer one takes the copying path). */
+#define Y_ROOM 2048
+
 /* ---- routing ---- */
 
 static int only_get(conn *c, const char *method)
@@ -114,14 +118,23 @@ static enum MHD_Result handle_infer(conn *c)
             return nd_conn_send_error(c, st, "%s", msg);
     }
     c->form = FORM_V2;
+    /* Room for the answer's JSON before y, so that a binary y is sent from its own buffer; not
+     * for a compressed answer, which is a new buffer anyway. */
+    c->job.y_room = c->gzip_answer ? 0 : Y_ROOM;
     return nd_conn_submit(c);
 }
 
-/* The answer is one buffer, JSON then the binary outputs, although y could be sent from its own
- * buffer beside the JSON (MHD_create_response_from_iovec): libmicrohttpd 0.9.75 then writes the
- * headers and the vector in separate system calls, and on an H200 host that cost more than the
- * copy (null backend, 8x4096 float16, one connection: 9.8k against 11.9k req/s for /v1, one more
- * wake-up per request seen with strace), while a 64 KiB memcpy costs a few microseconds. */
+/* The answer is one buffer, JSON then the binary outputs. Sending y from its own buffer beside
+ * the JSON (MHD_create_response_from_iovec) was slower: libmicrohttpd 0.9.75 writes the headers
+ * and the vector in separate system calls (null backend, 8x4096 float16, one connection on an H200
+ * host: 9.8k against 11.9k req/s for /v1, one more wake-up per request seen with strace). So the
+ * batcher leaves Y_ROOM bytes before y and, when y is the only binary output, the JSON is written
+ * there and the answer is y's own buffer; otherwise the outputs are copied into a new one. */
+static void free_y_buffer(void *base)
+{
+    free(base);
+}
+
 enum MHD_Result nd_v2_send_result(conn *c)
 {
     nd_job *j = &c->job;
@@ -131,12 +144,23 @@ enum MHD_Result nd_v2_send_result(conn *c)
     r.req = j->req;
     char *out;
     size_t len, json_len;
-    if (nd_v2_encode_infer(&r, j->y, j->mean, j->rstd, &out, &len, &json_len) != 0)
+    if (nd_v2_encode_infer_room(&r, j->y, j->y ? j->y_room : 0, j->mean, j->rstd, &out, &len,
+                                &json_len) != 0)
         return nd_conn_send_error(c, 500, "out of memory encoding the answer");
     int binary = json_len != len;
-    struct MHD_Response *resp = nd_conn_response(
-        c, binary ? "application/octet-stream" : "application/json", out, len, 1);
-    if (!resp)
+    const char *type = binary ? "application/octet-stream" : "application/json";
+    struct MHD_Response *resp;
+    if (j->y && out == (char *)j->y - json_len) { /* y's buffer is the answer now */
+        void *base = (char *)j->y - j->y_room;
+        j->y = NULL;
+        resp = MHD_create_response_from_buffer_with_free_callback_cls(len, out, free_y_buffer,
+                                                                      base);
+        if (!resp) {
+            free(base);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    } else if (!(resp = nd_conn_response(c, type, out, len, 1)))
         return MHD_NO;
     if (binary) {
         char h[24];

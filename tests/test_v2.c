@@ -1586,3 +1586,61 @@ Test(documents, datatype_names)
     cr_assert_str_eq(nd_v2_datatype_name(ND_FLOAT16), "FP16");
     cr_assert_str_eq(nd_v2_datatype_name(ND_BFLOAT16), "BF16");
 }
+
+/* The answer written into y's own buffer (the room before y) is byte for byte the copied one,
+ * and the copying path is taken whenever it must be: another binary output, no room, an id whose
+ * escaped form does not fit. */
+Test(encode, in_room_answer_is_the_copied_answer)
+{
+    enum { ROOM = 2048, N = 6 }; /* routes_v2.c's room */
+    struct {
+        const char *body;
+        int in_room;
+    } cases[] = {
+        {"{\"id\":\"r-17\",\"parameters\":{\"binary_data_output\":true},\"inputs\":[" X23
+         "],\"outputs\":[{\"name\":\"y\"}]}", 1},
+        {"{\"inputs\":[" X23 "],\"outputs\":[{\"name\":\"y\",\"parameters\":{\"binary_data\":true}},"
+         "{\"name\":\"mean\"},{\"name\":\"rstd\"}]}", 1},
+        {"{\"parameters\":{\"binary_data_output\":true},\"inputs\":[" X23 "],\"outputs\":[{\"name\":"
+         "\"y\"},{\"name\":\"rstd\"}]}", 0}, /* rstd binary too: it must follow y */
+        {"{\"inputs\":[" X23 "]}", 0},                                       /* y as JSON */
+        {NULL, 0}, /* an id whose escaped form does not fit: built below */
+    };
+    char long_id[2048];
+    int n = sprintf(long_id, "{\"id\":\"");
+    for (int k = 0; k < 250; k++)
+        n += sprintf(long_id + n, "\\u0001");
+    sprintf(long_id + n, "\",\"inputs\":[" X23 "],\"outputs\":[{\"name\":\"y\",\"parameters\":"
+            "{\"binary_data\":true}},{\"name\":\"mean\"},{\"name\":\"rstd\"}]}");
+    cases[4].body = long_id;
+    srand(29);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        nd_v2_request r;
+        nd_error err;
+        cr_assert_eq(parse(ND_OP_LAYERNORM, cases[i].body, NULL, &r, &err), 0, "%zu: %s", i,
+                     err.msg);
+        char *buf = malloc(ROOM + N * sizeof(float));
+        memset(buf, 0x5a, ROOM); /* poison the room */
+        float *y = (float *)(buf + ROOM), mean[2], rstd[2];
+        for (int k = 0; k < N; k++)
+            y[k] = (float)rand() / RAND_MAX - 0.5f;
+        mean[0] = 0.125f, mean[1] = -3.0f, rstd[0] = 2.5f, rstd[1] = 1e-3f;
+        char *ref, *out;
+        size_t rlen, rjl, len, jl;
+        cr_assert_eq(nd_v2_encode_infer(&r, y, mean, rstd, &ref, &rlen, &rjl), 0);
+        cr_assert_eq(nd_v2_encode_infer_room(&r, y, ROOM, mean, rstd, &out, &len, &jl), 0);
+        cr_assert_eq(out == (char *)y - jl, cases[i].in_room, "case %zu", i);
+        cr_assert_eq(len, rlen, "case %zu", i);
+        cr_assert_eq(jl, rjl, "case %zu", i);
+        cr_assert_eq(memcmp(out, ref, len), 0, "case %zu: the answers differ", i);
+        if (!cases[i].in_room)
+            free(out);
+        /* with no room, never into y's buffer */
+        cr_assert_eq(nd_v2_encode_infer_room(&r, y, 0, mean, rstd, &out, &len, &jl), 0);
+        cr_assert_neq(out, (char *)y - jl);
+        free(out);
+        free(ref);
+        free(buf);
+        nd_v2_request_free(&r);
+    }
+}
