@@ -931,11 +931,32 @@ Test(server, a_batch_larger_than_the_initial_staging_then_a_small_one)
 
 /* The per-device series exist for the backend under test (label "cpu" or "cuda:0"); on cuda the
  * copies and kernel times are counted. */
+/* A device series summed over every device the daemon shows (cuda:0, cuda:1, ... or cpu): with
+ * several GPUs, batches spread over them. -1 when no device has it. */
+static double device_metric(const char *name, int cuda, int *ndevices)
+{
+    if (!cuda) {
+        *ndevices = 1;
+        return metric(name, "device=\"cpu\"");
+    }
+    double sum = -1;
+    *ndevices = 0;
+    for (int d = 0; d < 16; d++) {
+        char label[32];
+        snprintf(label, sizeof label, "device=\"cuda:%d\"", d);
+        double v = metric(name, label);
+        if (v < 0)
+            continue;
+        sum = (sum < 0 ? 0 : sum) + v;
+        ++*ndevices;
+    }
+    return sum;
+}
+
 Test(server, metrics_have_the_device_series)
 {
     const char *backend = getenv("NORMD_BACKEND") ? getenv("NORMD_BACKEND") : "cpu";
     int cuda = !strcmp(backend, "cuda");
-    const char *label = cuda ? "device=\"cuda:0\"" : "device=\"cpu\"";
     const int n = 4;
     for (int i = 0; i < n; i++)
         expect_valid_request_works(); /* softmax of 1 x 2 float32 */
@@ -944,17 +965,22 @@ Test(server, metrics_have_the_device_series)
         "normd_device_d2h_bytes_total",   "normd_device_batch_errors_total",
         "normd_device_compute_seconds_count", "normd_device_queue_wait_seconds_count"};
     double v[6];
+    int ndev[6];
     for (int i = 0; i < 6; i++) {
-        v[i] = metric(series[i], label);
-        cr_assert_geq(v[i], 0, "/metrics lacks %s{%s}", series[i], label);
+        v[i] = device_metric(series[i], cuda, &ndev[i]);
+        cr_assert_geq(v[i], 0, "/metrics lacks %s for %s", series[i], backend);
+        cr_assert_eq(ndev[i], ndev[0], "%s: %d devices, %s: %d", series[i], ndev[i], series[0],
+                     ndev[0]);
     }
+    fprintf(stderr, "device series: %d device(s)\n", ndev[0]);
     cr_assert_eq(v[0], 0, "batches still in flight at rest");
     cr_assert_eq(v[3], 0, "batch errors");
     cr_assert_eq(v[4], n, "%g batches timed for %d requests", v[4], n);
     if (cuda) {
+        int nk;
         cr_assert_geq(v[1], n * 2 * sizeof(float), "h2d bytes %g", v[1]);
         cr_assert_geq(v[2], n * 2 * sizeof(float), "d2h bytes %g", v[2]);
-        cr_assert_eq(metric("normd_device_kernel_seconds_count", label), n);
+        cr_assert_eq(device_metric("normd_device_kernel_seconds_count", cuda, &nk), n);
     }
 }
 
