@@ -304,7 +304,7 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
     for (nd_job *j = jobs; j; j = j->next) {
         const int jm = want_mean && (j->req.outputs & ND_OUT_MEAN);
         const int jr = want_rstd && (j->req.outputs & ND_OUT_RSTD);
-        char *yb = malloc(j->y_room + (size_t)j->req.elems * esz);
+        char *yb = nd_bigbuf_alloc(j->y_room + (size_t)j->req.elems * esz);
         j->y = yb ? yb + j->y_room : NULL;
         j->mean = jm ? malloc((size_t)j->req.outer * sizeof(float)) : NULL;
         j->rstd = jr ? malloc((size_t)j->req.outer * sizeof(float)) : NULL;

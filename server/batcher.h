@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #include "../proto/nd_proto.h"
+#include "bigbuf.h"
 #include "config.h"
 #include "engine.h"
 #include "metrics.h"
@@ -61,7 +62,7 @@ struct nd_job {
 static inline void nd_job_free_y(nd_job *j)
 {
     if (j->y)
-        free((char *)j->y - j->y_room);
+        nd_bigbuf_free((char *)j->y - j->y_room);
     j->y = NULL;
 }
 

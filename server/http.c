@@ -46,6 +46,9 @@
  * overhead (it_hardening's budget test measures it): twice the body, the first guess, let 24
  * clients with 4 MiB bodies take the RSS to twice a 64 MiB budget. */
 #define CHARGE_PER_BYTE 4
+
+/* The most bytes of freed request buffers kept for reuse (server/bigbuf.h). */
+#define BIGBUF_CACHE_MAX ((size_t)256 << 20)
 /* A request's deadline while queued, in milliseconds (504 when it passes). */
 #define ND_TIMEOUT_HEADER "X-Normd-Timeout-Ms"
 
@@ -83,16 +86,25 @@ struct MHD_Response *nd_conn_response(conn *c, const char *type, void *data, siz
         size_t zlen;
         if (nd_compress(data, len, c->gzip_answer == 1 ? ND_ENC_GZIP : ND_ENC_DEFLATE, &z,
                         &zlen) == 0) {
-            free(data);
+            if (must_free == ND_DATA_BIGBUF)
+                nd_bigbuf_free(data);
+            else
+                free(data);
             data = z;
             len = zlen;
+            must_free = ND_DATA_MALLOC;
             encoding = c->gzip_answer == 1 ? "gzip" : "deflate";
         }
     }
-    struct MHD_Response *r = MHD_create_response_from_buffer(
-        len, data, must_free ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *r =
+        must_free == ND_DATA_BIGBUF
+            ? MHD_create_response_from_buffer_with_free_callback(len, data, nd_bigbuf_free_cb)
+            : MHD_create_response_from_buffer(len, data, must_free ? MHD_RESPMEM_MUST_FREE
+                                                                   : MHD_RESPMEM_PERSISTENT);
     if (!r) {
-        if (must_free)
+        if (must_free == ND_DATA_BIGBUF)
+            nd_bigbuf_free(data);
+        else if (must_free)
             free(data);
         return NULL;
     }
@@ -370,7 +382,7 @@ static enum MHD_Result begin_request(conn *c, const char *url, const char *metho
         /* Reserve what the client declared, up to BODY_RESERVE_MAX: a declared length is a
          * promise, not bytes, and many idle connections must not pin large buffers. */
         size_t want = declared + 1 < BODY_RESERVE_MAX ? declared + 1 : BODY_RESERVE_MAX;
-        c->body = malloc(want);
+        c->body = nd_bigbuf_alloc(want);
         if (!c->body)
             return nd_conn_send_error(c, 503, "out of memory for a %llu-byte body", declared);
         c->cap = want;
@@ -390,7 +402,7 @@ static enum MHD_Result append_body(conn *c, const char *upload, size_t n)
         size_t cap = c->cap ? c->cap : 4096;
         while (cap < c->len + n + 1)
             cap *= 2;
-        char *p = realloc(c->body, cap);
+        char *p = nd_bigbuf_realloc(c->body, cap);
         if (!p)
             return MHD_NO;
         c->body = p;
@@ -425,8 +437,16 @@ static int decode_body(conn *c, enum MHD_Result *ret)
         *ret = nd_conn_send_error(c, st, "%s", err.msg);
         return st;
     }
-    free(c->body);
-    c->body = out;
+    /* into a request buffer of its own, which the rest of the request's life expects */
+    nd_bigbuf_free(c->body);
+    c->body = nd_bigbuf_alloc(out_len + 1);
+    if (!c->body) {
+        free(out);
+        *ret = nd_conn_send_error(c, 503, "out of memory for a %zu-byte inflated body", out_len);
+        return 503;
+    }
+    memcpy(c->body, out, out_len);
+    free(out);
     c->len = out_len;
     c->cap = out_len + 1;
     long long need = CHARGE_PER_BYTE * (long long)out_len;
@@ -498,7 +518,7 @@ static void request_completed(void *cls, struct MHD_Connection *mc, void **con_c
     nd_job_free_y(&c->job);
     free(c->job.mean);
     free(c->job.rstd);
-    free(c->body);
+    nd_bigbuf_free(c->body);
     if (c->charged)
         atomic_fetch_sub(&s->inflight_bytes, c->charged);
     if (c->counted)
@@ -651,6 +671,10 @@ nd_server *nd_server_start(const nd_config *cfg, nd_error *err)
     }
     s->cfg = *cfg;
     s->t_started = nd_now_s();
+    /* Freed request buffers kept for the next requests: a quarter of the byte budget, which
+     * charges 4x each body, i.e. about one body's worth per request the budget admits. */
+    nd_bigbuf_set_cap(BIGBUF_CACHE_MAX < cfg->max_inflight_bytes / 4 ? BIGBUF_CACHE_MAX
+                                                                     : cfg->max_inflight_bytes / 4);
     s->metrics = nd_metrics_create();
     if (!s->metrics) {
         nd_error_set(err, ND_ENOMEM, "out of memory");

@@ -106,9 +106,11 @@ double nd_now_s(void);
 /* Queues r (taking care of Connection: close while draining, compression and metrics) and
  * destroys it. */
 enum MHD_Result nd_conn_send(conn *c, int code, struct MHD_Response *r);
+/* Who frees a response's data: nobody (static or kept elsewhere), free(), nd_bigbuf_free(). */
+enum { ND_DATA_KEEP = 0, ND_DATA_MALLOC = 1, ND_DATA_BIGBUF = 2 };
 /* A response with data (len bytes) as its body, compressed when the client accepts it (then only
- * when must_free, i.e. data is malloc'ed and the response takes it over). NULL on failure (data
- * freed when must_free). */
+ * when must_free, ND_DATA_MALLOC or ND_DATA_BIGBUF: the response takes data over). NULL on
+ * failure (data freed when must_free). */
 struct MHD_Response *nd_conn_response(conn *c, const char *type, void *data, size_t len,
                                      int must_free);
 /* nd_conn_send of nd_conn_response. */

@@ -8,8 +8,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
+#include "bigbuf.h"
 #include "config.h"
 #include "http.h"
 #include "version.h"
@@ -49,14 +51,21 @@ static void trim_when_idle(nd_server *srv, int *idle_ticks)
 {
     if (!nd_server_idle(srv))
         *idle_ticks = 0;
-    else if (*idle_ticks < 2 && ++*idle_ticks == 2)
+    else if (*idle_ticks < 2 && ++*idle_ticks == 2) {
+        nd_bigbuf_trim();
         malloc_trim(0);
+    }
 }
 
 int main(int argc, char **argv)
 {
-    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
-    mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD);
+    /* An operator's own choice (GLIBC_TUNABLES=glibc.malloc.mmap_threshold=..., trim_threshold)
+     * wins over these. */
+    const char *tunables = getenv("GLIBC_TUNABLES");
+    if (!tunables || !strstr(tunables, "glibc.malloc.mmap_threshold"))
+        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+    if (!tunables || !strstr(tunables, "glibc.malloc.trim_threshold"))
+        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD);
     nd_config cfg;
     nd_error err = {{0}};
     nd_config_defaults(&cfg);

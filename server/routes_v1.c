@@ -158,7 +158,7 @@ enum MHD_Result nd_v1_send_result(conn *c)
     char outputs[32] = "y";
     if (j->mean || j->rstd) {
         len += (j->mean ? sbytes : 0) + (j->rstd ? sbytes : 0);
-        body = realloc(j->y, len);
+        body = nd_bigbuf_realloc(j->y, len); /* y_room is 0 for /v1 */
         if (!body)
             return nd_conn_send_error(c, 500, "out of memory encoding the answer");
         j->y = NULL;
@@ -174,7 +174,8 @@ enum MHD_Result nd_v1_send_result(conn *c)
         }
     } else
         j->y = NULL; /* the response owns it now */
-    struct MHD_Response *r = nd_conn_response(c, "application/octet-stream", body, len, 1);
+    struct MHD_Response *r =
+        nd_conn_response(c, "application/octet-stream", body, len, ND_DATA_BIGBUF);
     if (!r)
         return MHD_NO;
     char shape[ND_MAX_DIMS * 21 + 1];

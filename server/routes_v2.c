@@ -130,11 +130,6 @@ static enum MHD_Result handle_infer(conn *c)
  * host: 9.8k against 11.9k req/s for /v1, one more wake-up per request seen with strace). So the
  * batcher leaves Y_ROOM bytes before y and, when y is the only binary output, the JSON is written
  * there and the answer is y's own buffer; otherwise the outputs are copied into a new one. */
-static void free_y_buffer(void *base)
-{
-    free(base);
-}
-
 enum MHD_Result nd_v2_send_result(conn *c)
 {
     nd_job *j = &c->job;
@@ -153,10 +148,10 @@ enum MHD_Result nd_v2_send_result(conn *c)
     if (j->y && out == (char *)j->y - json_len) { /* y's buffer is the answer now */
         void *base = (char *)j->y - j->y_room;
         j->y = NULL;
-        resp = MHD_create_response_from_buffer_with_free_callback_cls(len, out, free_y_buffer,
+        resp = MHD_create_response_from_buffer_with_free_callback_cls(len, out, nd_bigbuf_free_cb,
                                                                       base);
         if (!resp) {
-            free(base);
+            nd_bigbuf_free(base);
             return MHD_NO;
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);

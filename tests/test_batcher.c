@@ -187,7 +187,7 @@ static void job_check_and_free(tjob *t)
     for (int64_t i = 0; i < t->job.req.elems; i++)
         cr_assert_eq(y[i], t->x[i] + 1.0f, "element %lld of a job got another job's answer",
                      (long long)i);
-    free(t->job.y);
+    nd_job_free_y(&t->job);
     free(t->x);
     free(t);
 }
