@@ -11,7 +11,10 @@
 --
 -- done() prints one parseable line:
 --   RESULT requests=N duration_us=N rps=F p50_us=F p90_us=F p99_us=F max_us=F
---          connect_errors=N read_errors=N write_errors=N timeouts=N non2xx=N req_bytes=N
+--          connect_errors=N read_errors=N write_errors=N timeouts=N non2xx=N req_bytes=N p999_us=F
+-- and, when NORMD_LATENCY_CURVE names a file, writes the latency by percentile there as CSV
+-- (percentile,latency_us): 0 to 99.999 with ten points a decade of 1 - percentile, then 100 (the
+-- maximum). Requests that ran past wrk's --timeout are counted as timeouts and are in neither.
 
 local op = os.getenv("NORMD_OP") or "layernorm"
 local dtype = os.getenv("NORMD_DTYPE") or "float16"
@@ -81,8 +84,20 @@ function done(summary, latency, requests)
    local e = summary.errors
    io.write(string.format(
       "RESULT requests=%d duration_us=%d rps=%.1f p50_us=%.1f p90_us=%.1f p99_us=%.1f max_us=%.1f " ..
-      "connect_errors=%d read_errors=%d write_errors=%d timeouts=%d non2xx=%d req_bytes=%d\n",
+      "connect_errors=%d read_errors=%d write_errors=%d timeouts=%d non2xx=%d req_bytes=%d",
       summary.requests, summary.duration, summary.requests / (summary.duration / 1e6),
       latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max,
-      e.connect, e.read, e.write, e.timeout, e.status, elems * (dtype == "float32" and 4 or 2)))
+      e.connect, e.read, e.write, e.timeout, e.status, elems * (dtype == "float32" and 4 or 2)) ..
+      string.format(" p999_us=%.1f\n", latency:percentile(99.9)))
+   local curve = os.getenv("NORMD_LATENCY_CURVE")
+   if curve and curve ~= "" then
+      local f = assert(io.open(curve, "w"))
+      f:write("percentile,latency_us\n")
+      for k = 0, 50 do
+         local p = 100 * (1 - 10 ^ (-k / 10))
+         f:write(string.format("%.6f,%.1f\n", p, latency:percentile(p)))
+      end
+      f:write(string.format("100,%.1f\n", latency.max))
+      f:close()
+   end
 end
