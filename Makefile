@@ -294,6 +294,19 @@ gpu-check: $(BUILD)/bench/bench_gpu $(GPU_BIN)
 bench-service: $(BUILD)/normd
 	NORMD_BIN=$(BUILD)/normd bench/service/run.sh
 
+# make bench-latency: bench/service/latency.sh, tail latency from a fresh daemon (issue 11). Per
+# repeat, a fresh $(BUILD)/normd per configuration (cuda and null over TCP, cuda over the UNIX
+# socket), measured from the moment it is ready with wrk at 1 to 256 connections; PASS/MISS lines
+# for the issue's targets, and bench/results/latency_TAG.{csv,txt,png} (the chart: latency by
+# percentile). Variables for latency.sh: CONFIGS, REPEATS, DURATION, CONNS, WRK_THREADS,
+# NORMD_EXTRA, NORMD_OP/NORMD_DTYPE/NORMD_SHAPE, TAG, RESULTS_DIR.
+LATENCY_PKGS := wrk python3-matplotlib
+.PHONY: bench-latency latency-deps
+latency-deps:
+	$(call install_debs,$(LATENCY_PKGS))
+bench-latency: latency-deps $(BUILD)/normd
+	NORMD_BIN=$(BUILD)/normd bench/service/latency.sh
+
 # ---- soak ----
 # make soak: bench/soak/soak.py drives $(BUILD)/normd (CPU backend) for SOAK_MINUTES with wrk at
 # SOAK_CONNS connections (mixed operators, dtypes, shapes, binary and JSON; bench/soak/mixed.lua)
