@@ -6,12 +6,15 @@
  * agree: a body is valid for both or neither (then with jansson's message, word for word), every
  * site holds an array for both or the same non-array, and each array gives the same length, the
  * same first-entry counts, the same check and fill results (status, message, stored bits) for a
- * flat shape and for the shape its first entries suggest. Any disagreement aborts.
+ * flat shape and for the shape its first entries suggest. Then the same bytes, read as float32
+ * values, go through the number writer both ways: nd_json_put_f32s (eight at a time where the CPU
+ * can) must write what nd_json_put_f32 writes one at a time. Any disagreement aborts.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../proto/json_num.h"
 #include "json_oracle.h"
 
 static void same(int r1, const nd_error *e1, int r2, const nd_error *e2)
@@ -119,6 +122,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     nd_json_doc_free(&doc);
     json_decref(oroot);
+
+    /* the writer: the body's bytes as float32 values, into an exact-size buffer */
+    const size_t n = (size - 1) / 4;
+    if (n) {
+        char *got = malloc(n * (ND_JSON_F32_MAX + 1)), *want = malloc(n * 32), *w = want;
+        const char *e = nd_json_put_f32s(got, body, (int64_t)n);
+        for (size_t i = 0; i < n; i++) {
+            float f;
+            memcpy(&f, body + 4 * i, 4);
+            if (i)
+                *w++ = ',';
+            w = nd_json_put_f32(w, f);
+        }
+        if (e - got != w - want || memcmp(got, want, (size_t)(w - want)))
+            abort();
+        free(got);
+        free(want);
+    }
     free(body);
     return 0;
 }

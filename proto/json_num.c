@@ -1,11 +1,13 @@
 /*
  * json_num.c - JSON numbers both ways (json_num.h): the slow parts of decimal -> double (strtod in
- * the C locale, Eisel-Lemire) and float32 -> shortest decimal (Schubfach), laid out by hand.
+ * the C locale, Eisel-Lemire) and float32 -> shortest decimal (Schubfach), laid out by hand, one
+ * number at a time or, for arrays on x86-64 CPUs with AVX-512, eight.
  *
  * Both are checked far beyond what their papers promise for this use: tests/test_json_num.c
  * compares the reader with strtod on random and adversarial decimals and the writer with printf
- * and strtod on a large random sample, and `make test-f32-exhaustive` runs the writer over all
- * 2^32 float32 patterns (round trip and shortness).
+ * and strtod on a large random sample (and its eight-at-a-time path with the one-at-a-time one on
+ * random arrays), and `make test-f32-exhaustive` runs the writer over all 2^32 float32 patterns
+ * (round trip and shortness, and both paths giving the same text).
  */
 #include <locale.h>
 #include <math.h>
@@ -457,10 +459,291 @@ char *nd_json_put_f32(char *p, float v)
     return put_f32(p, v);
 }
 
+/* ======================================================================== float32 arrays */
+
+/*
+ * Eight at a time with AVX-512 (F and BW), where the CPU has it: the same Schubfach steps as
+ * f32_shortest on eight 64-bit lanes, then the layout as a byte shuffle. Each number's source is
+ * 16 bytes: its digits as nine characters with leading zeros (the n digits are the last n), '0',
+ * '.', '-', 'e', the exponent's sign and two digits; a pattern from a table indexed by the sign,
+ * the leading digit's exponent X (-4..8, or "exponent form") and n picks the text's bytes from
+ * it (one vpshufb per four numbers), and a scalar loop stores each number's 16 bytes and moves on
+ * by its length. A batch with a lane the vector steps do not cover (zero, subnormal, infinity,
+ * NaN, a power of two, a small integer, the pair f32_shortest writes by hand) is written by
+ * put_f32 whole. The output is put_f32's byte for byte: tests/test_json_num.c compares the two on
+ * random arrays, and make test-f32-exhaustive on all 2^32 patterns.
+ */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_F32S_AVX512 1
+#include <immintrin.h>
+
+/* The source bytes a pattern picks from (see above). */
+enum { SRC_ZERO = 9, SRC_POINT, SRC_MINUS, SRC_E, SRC_ESIGN, SRC_ETENS, SRC_EONES };
+enum { FORM_EXP = 13, NFORMS = 14 }; /* forms 0..12: fixed notation, X = form - 4 */
+#define PATTERNS (2 * NFORMS * 9)    /* [neg][form][n - 1] */
+
+static uint64_t pattern_lo[PATTERNS], pattern_hi[PATTERNS];
+static unsigned char pattern_len[PATTERNS];
+
+/* The patterns: format_word's layouts, spelt as source positions. */
+static void patterns_init(void)
+{
+    for (int neg = 0; neg < 2; neg++)
+        for (int form = 0; form < NFORMS; form++)
+            for (int n = 1; n <= 9; n++) {
+                unsigned char t[16];
+                int len = 0;
+                const int x = form - 4;
+#define DIGIT(i) ((unsigned char)(9 - n + (i)))
+                if (neg)
+                    t[len++] = SRC_MINUS;
+                if (form == FORM_EXP) {
+                    t[len++] = DIGIT(0);
+                    if (n > 1) {
+                        t[len++] = SRC_POINT;
+                        for (int i = 1; i < n; i++)
+                            t[len++] = DIGIT(i);
+                    }
+                    t[len++] = SRC_E;
+                    t[len++] = SRC_ESIGN;
+                    t[len++] = SRC_ETENS;
+                    t[len++] = SRC_EONES;
+                } else if (x < 0) { /* "0.", -x - 1 zeros, the digits */
+                    t[len++] = SRC_ZERO;
+                    t[len++] = SRC_POINT;
+                    for (int i = 0; i < -x - 1; i++)
+                        t[len++] = SRC_ZERO;
+                    for (int i = 0; i < n; i++)
+                        t[len++] = DIGIT(i);
+                } else if (x >= n - 1) { /* an integer: the digits, then zeros */
+                    for (int i = 0; i < n; i++)
+                        t[len++] = DIGIT(i);
+                    for (int i = n - 1; i < x; i++)
+                        t[len++] = SRC_ZERO;
+                } else { /* the point after x + 1 digits */
+                    for (int i = 0; i < n; i++) {
+                        t[len++] = DIGIT(i);
+                        if (i == x)
+                            t[len++] = SRC_POINT;
+                    }
+                }
+#undef DIGIT
+                for (int i = len; i < 16; i++)
+                    t[i] = 0x80; /* a zero byte: past the end, overwritten by what follows */
+                const int k = (neg * NFORMS + form) * 9 + n - 1;
+                memcpy(&pattern_lo[k], t, 8);
+                memcpy(&pattern_hi[k], t + 8, 8);
+                pattern_len[k] = (unsigned char)len;
+            }
+}
+
+static int f32s_avx512;
+static pthread_once_t f32s_once = PTHREAD_ONCE_INIT;
+
+static void f32s_init(void)
+{
+    __builtin_cpu_init();
+    f32s_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    if (f32s_avx512)
+        patterns_init();
+}
+
+#define AVX512 __attribute__((target("avx512f,avx512bw")))
+
+static inline AVX512 __m512i set1(uint64_t v)
+{
+    return _mm512_set1_epi64((long long)v);
+}
+
+/* round_to_odd on eight lanes: g (64 bits) times cp (< 2^32), bits 64..95 made odd when bits
+ * 32..63 are more than 1; as 32 x 32-bit products, the low half's carry through bits 32.. */
+static inline AVX512 __m512i round_to_odd8(__m512i g, __m512i cp)
+{
+    const __m512i a = _mm512_mul_epu32(_mm512_srli_epi64(g, 32), cp);
+    const __m512i b = _mm512_mul_epu32(g, cp);
+    const __m512i mid = _mm512_add_epi64(a, _mm512_srli_epi64(b, 32)); /* the product >> 32 */
+    const __m512i y1 = _mm512_srli_epi64(mid, 32);
+    const __mmask8 odd = _mm512_cmpgt_epu64_mask(_mm512_and_si512(mid, set1(0xffffffffu)),
+                                                 set1(1));
+    return _mm512_mask_or_epi64(y1, odd, y1, set1(1));
+}
+
+/* x / d for x < 2^32 (and what the callers pass) as (x * m) >> sh, one 32 x 32 multiply. */
+static inline AVX512 __m512i div8(__m512i x, uint32_t m, int sh)
+{
+    return _mm512_srli_epi64(_mm512_mul_epu32(x, set1(m)), sh);
+}
+
+/*
+ * The texts of the eight floats at src into p, each followed by a comma. Returns the end, or NULL
+ * (nothing written) when a lane needs put_f32.
+ */
+static AVX512 char *put_f32x8(char *p, const void *src)
+{
+    const __m512i bits = _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)src));
+    const __m512i m = _mm512_and_si512(bits, set1(0x7fffff));
+    const __m512i e = _mm512_and_si512(_mm512_srli_epi64(bits, 23), set1(0xff));
+    const __m512i c = _mm512_or_si512(m, set1(1u << 23));
+    /* the lanes put_f32 writes: e 0 or 255; m 0 (the closer lower bound); small integers, whose
+     * bits below 2^(150 - e) are all 0 (a shift by more than 63 gives 0, and c & ~0 is never 0);
+     * the pair */
+    const __m512i below = _mm512_sllv_epi64(set1(1), _mm512_sub_epi64(set1(150), e));
+    const __m512i pair = _mm512_sub_epi64(_mm512_and_si512(bits, set1(0x7fffffff)),
+                                          set1(0x15ae43fd));
+    const __mmask8 special = _mm512_cmpeq_epi64_mask(e, set1(0)) |
+                             _mm512_cmpeq_epi64_mask(e, set1(255)) |
+                             _mm512_cmpeq_epi64_mask(m, set1(0)) |
+                             _mm512_testn_epi64_mask(c, _mm512_sub_epi64(below, set1(1))) |
+                             _mm512_cmplt_epu64_mask(pair, set1(2));
+    if (special)
+        return NULL;
+
+    /* f32_shortest, closer = 0: k = floor(log10(2^q)), h = floor(log2(10^-k)) + q + 1 */
+    const __m512i q = _mm512_sub_epi64(e, set1(150));
+    __m512i k = _mm512_srai_epi64(_mm512_mul_epi32(q, set1(1262611)), 22);
+    const __m512i log2 = _mm512_srai_epi64(_mm512_mul_epi32(_mm512_sub_epi64(set1(0), k),
+                                                            set1(1741647)),
+                                           19);
+    const __m512i h = _mm512_add_epi64(_mm512_add_epi64(q, log2), set1(1));
+    const __m512i g = _mm512_i64gather_epi64(_mm512_sub_epi64(set1(31), k),
+                                             (const long long *)POW10_G, 8);
+    const __m512i cb = _mm512_slli_epi64(c, 2);
+    const __m512i vbl = round_to_odd8(g, _mm512_sllv_epi64(_mm512_sub_epi64(cb, set1(2)), h));
+    const __m512i vb = round_to_odd8(g, _mm512_sllv_epi64(cb, h));
+    const __m512i vbr = round_to_odd8(g, _mm512_sllv_epi64(_mm512_add_epi64(cb, set1(2)), h));
+    const __m512i odd = _mm512_and_si512(c, set1(1)); /* !even */
+    const __m512i lower = _mm512_add_epi64(vbl, odd), upper = _mm512_sub_epi64(vbr, odd);
+    const __m512i s = _mm512_srli_epi64(vb, 2);
+    const __m512i sp = div8(s, 0xcccccccdu, 35);
+    const __m512i sp40 = _mm512_mullo_epi32(sp, set1(40)); /* < 2^30: the low half suffices */
+    const __mmask8 up_in = _mm512_cmple_epu64_mask(lower, sp40);
+    const __mmask8 wp_in = _mm512_cmple_epu64_mask(_mm512_add_epi64(sp40, set1(40)), upper);
+    const __mmask8 shorter = _mm512_cmpge_epu64_mask(s, set1(10)) & (up_in ^ wp_in);
+    const __m512i s4 = _mm512_slli_epi64(s, 2);
+    const __mmask8 u_in = _mm512_cmple_epu64_mask(lower, s4);
+    const __mmask8 w_in = _mm512_cmple_epu64_mask(_mm512_add_epi64(s4, set1(4)), upper);
+    const __m512i mid = _mm512_add_epi64(s4, set1(2));
+    const __mmask8 round_up =
+        _mm512_cmpgt_epu64_mask(vb, mid) |
+        (_mm512_cmpeq_epi64_mask(vb, mid) & _mm512_test_epi64_mask(s, set1(1)));
+    const __mmask8 up = ((u_in ^ w_in) & w_in) | (~(u_in ^ w_in) & round_up);
+    __m512i out = _mm512_mask_add_epi64(s, up, s, set1(1));
+    out = _mm512_mask_add_epi64(out, shorter, sp, _mm512_maskz_mov_epi64(wp_in, set1(1)));
+    k = _mm512_mask_add_epi64(k, shorter, k, set1(1));
+    for (;;) { /* trailing zeros off */
+        const __m512i tenth = div8(out, 0xcccccccdu, 35);
+        const __mmask8 z = _mm512_cmpeq_epi64_mask(_mm512_mullo_epi32(tenth, set1(10)), out);
+        if (!z)
+            break;
+        out = _mm512_mask_mov_epi64(out, z, tenth);
+        k = _mm512_mask_add_epi64(k, z, k, set1(1));
+    }
+
+    /* n digits, the leading one's exponent x, the pattern */
+    __m512i n = set1(1);
+    for (uint32_t t = 10; t <= 100000000; t *= 10)
+        n = _mm512_mask_add_epi64(n, _mm512_cmpge_epu64_mask(out, set1(t)), n, set1(1));
+    const __m512i x = _mm512_sub_epi64(_mm512_add_epi64(k, n), set1(1));
+    const __mmask8 fixed = _mm512_cmpge_epi64_mask(x, set1((uint64_t)-4)) &
+                           _mm512_cmple_epi64_mask(x, set1(8));
+    const __m512i form = _mm512_mask_add_epi64(set1(FORM_EXP), fixed, x, set1(4));
+    const __m512i neg = _mm512_srli_epi64(bits, 31);
+    const __m512i neg_rows = _mm512_and_si512(_mm512_sub_epi64(set1(0), neg), set1(NFORMS * 9));
+    const __m512i form_rows = _mm512_add_epi64(_mm512_slli_epi64(form, 3), form); /* form * 9 */
+    const __m512i idx = _mm512_add_epi64(_mm512_add_epi64(neg_rows, form_rows),
+                                         _mm512_sub_epi64(n, set1(1)));
+
+    /* the source: out's 9 digits, the first (out / 10^8) alone, the other 8 by ascii8's steps on
+     * each lane (the 32-bit halves hold lo / 10^4 and lo % 10^4, then 16-bit lanes the pairs);
+     * then '0', '.', '-', 'e', the exponent's sign and its two digits */
+    const __m512i hi = div8(out, 1441151881u, 57); /* out < 2^30 */
+    const __m512i lo = _mm512_sub_epi64(out, _mm512_mul_epu32(hi, set1(100000000)));
+    const __m512i lo_hi = div8(lo, 109951163u, 40); /* lo / 10^4, lo < 10^8 */
+    const __m512i lo_lo = _mm512_sub_epi64(lo, _mm512_mul_epu32(lo_hi, set1(10000)));
+    const __m512i y = _mm512_or_si512(lo_hi, _mm512_slli_epi64(lo_lo, 32));
+    const __m512i y100 = _mm512_srli_epi32(_mm512_mullo_epi32(y, _mm512_set1_epi32(10486)), 20);
+    const __m512i y_rem = _mm512_sub_epi32(y, _mm512_mullo_epi32(y100, _mm512_set1_epi32(100)));
+    const __m512i z = _mm512_or_si512(y100, _mm512_slli_epi32(y_rem, 16));
+    const __m512i z10 = _mm512_srli_epi16(_mm512_mullo_epi16(z, _mm512_set1_epi16(103)), 10);
+    const __m512i z_rem = _mm512_sub_epi16(z, _mm512_mullo_epi16(z10, _mm512_set1_epi16(10)));
+    const __m512i asc = _mm512_add_epi64(_mm512_or_si512(z10, _mm512_slli_epi16(z_rem, 8)),
+                                         set1(ZEROS8));
+    const __m512i ax = _mm512_abs_epi64(x);
+    const __m512i tens = _mm512_srli_epi64(_mm512_mullo_epi32(ax, set1(205)), 11); /* ax < 100 */
+    const __m512i ones = _mm512_sub_epi64(ax, _mm512_mullo_epi32(tens, set1(10)));
+    const __m512i esign = _mm512_mask_blend_epi64(_mm512_cmplt_epi64_mask(x, set1(0)), set1('+'),
+                                                  set1('-'));
+    const __m512i src_lo = _mm512_or_si512(_mm512_add_epi64(hi, set1('0')),
+                                           _mm512_slli_epi64(asc, 8));
+    const uint64_t fixed_chars = '0' << 8 | '.' << 16 | '-' << 24 | (uint64_t)'e' << 32;
+    __m512i src_hi = _mm512_or_si512(_mm512_srli_epi64(asc, 56), set1(fixed_chars));
+    src_hi = _mm512_or_si512(src_hi, _mm512_slli_epi64(esign, 40));
+    src_hi = _mm512_or_si512(src_hi, _mm512_slli_epi64(_mm512_add_epi64(tens, set1('0')), 48));
+    src_hi = _mm512_or_si512(src_hi, _mm512_slli_epi64(_mm512_add_epi64(ones, set1('0')), 56));
+
+    /* numbers 0-3 and 4-7 as 16-byte lanes, source and pattern alike, then the shuffle */
+    const __m512i first = _mm512_set_epi64(11, 3, 10, 2, 9, 1, 8, 0);
+    const __m512i second = _mm512_set_epi64(15, 7, 14, 6, 13, 5, 12, 4);
+    const __m512i pat_lo = _mm512_i64gather_epi64(idx, (const long long *)pattern_lo, 8);
+    const __m512i pat_hi = _mm512_i64gather_epi64(idx, (const long long *)pattern_hi, 8);
+    const __m512i text0 = _mm512_shuffle_epi8(_mm512_permutex2var_epi64(src_lo, first, src_hi),
+                                              _mm512_permutex2var_epi64(pat_lo, first, pat_hi));
+    const __m512i text1 = _mm512_shuffle_epi8(_mm512_permutex2var_epi64(src_lo, second, src_hi),
+                                              _mm512_permutex2var_epi64(pat_lo, second, pat_hi));
+    uint64_t ix[8];
+    _mm512_storeu_si512(ix, idx);
+#define PUT(t, j, i)                                                                             \
+    do {                                                                                         \
+        _mm_storeu_si128((__m128i *)p, _mm512_extracti32x4_epi32(t, j));                         \
+        p += pattern_len[ix[i]];                                                                 \
+        *p++ = ',';                                                                              \
+    } while (0)
+    PUT(text0, 0, 0);
+    PUT(text0, 1, 1);
+    PUT(text0, 2, 2);
+    PUT(text0, 3, 3);
+    PUT(text1, 0, 4);
+    PUT(text1, 1, 5);
+    PUT(text1, 2, 6);
+    PUT(text1, 3, 7);
+#undef PUT
+    return p;
+}
+#endif /* x86-64 */
+
 char *nd_json_put_f32s(char *p, const void *src, int64_t n)
 {
     const char *b = src;
-    for (int64_t i = 0; i < n; i++) {
+    int64_t i = 0;
+    if (n <= 0)
+        return p;
+#if HAVE_F32S_AVX512
+    pthread_once(&f32s_once, f32s_init);
+    if (f32s_avx512) {
+        /* each number followed by a comma; the last comma taken back at the end */
+        for (; i + 8 <= n; i += 8) {
+            char *e = put_f32x8(p, b + 4 * i);
+            if (e) {
+                p = e;
+                continue;
+            }
+            for (int j = 0; j < 8; j++) {
+                float f;
+                memcpy(&f, b + 4 * (i + j), 4);
+                p = put_f32(p, f);
+                *p++ = ',';
+            }
+        }
+        for (; i < n; i++) {
+            float f;
+            memcpy(&f, b + 4 * i, 4);
+            p = put_f32(p, f);
+            *p++ = ',';
+        }
+        return p - 1;
+    }
+#endif
+    for (; i < n; i++) {
         float f;
         memcpy(&f, b + 4 * i, 4);
         if (i)

@@ -536,6 +536,83 @@ Test(write, numbers_list)
     cr_assert_str_eq(buf, "0.5,-0.0,null,1e-45,3");
 }
 
+/* Whether put_f32s's eight-at-a-time path (json_num.c) hands the batch holding this pattern to
+ * put_f32: zero, subnormal, infinity, NaN, a power of two, a small integer, the hand-written pair.
+ * Only for coverage: the tests below replace such lanes so that the others take the vector path. */
+static int vector_special(uint32_t u)
+{
+    const uint32_t m = u & 0x7fffffu, e = (u >> 23) & 0xffu, c = m | 1u << 23;
+    if (e == 0 || e == 255 || m == 0 || (u & 0x7fffffffu) - 0x15ae43fdu < 2)
+        return 1;
+    return e >= 127 && e <= 150 && (c & ((1u << (150 - e)) - 1)) == 0;
+}
+
+/* nd_json_put_f32s(v, n) must be nd_json_put_f32 of each, comma separated, within n * 16 bytes
+ * (beyond 8 numbers a buffer of exactly that size, for AddressSanitizer; up to 8, as the
+ * exhaustive sweep passes them, on the stack). Returns 0 or -1 (message in msg). */
+static int check_f32s(const uint32_t *v, int n, char *msg, size_t size)
+{
+    char got_8[8 * (ND_JSON_F32_MAX + 1)], want_8[8 * 32];
+    const int heap = n > 8;
+    char *got = heap ? malloc((size_t)n * (ND_JSON_F32_MAX + 1)) : got_8;
+    char *want = heap ? malloc((size_t)n * 32) : want_8;
+    char *e = nd_json_put_f32s(got, v, n), *w = want;
+    for (int i = 0; i < n; i++) {
+        float f;
+        memcpy(&f, &v[i], 4);
+        if (i)
+            *w++ = ',';
+        w = nd_json_put_f32(w, f);
+    }
+    int rc = 0;
+    if (e - got != w - want || memcmp(got, want, (size_t)(w - want))) {
+        size_t k = 0;
+        while (k < (size_t)(e - got) && k < (size_t)(w - want) && got[k] == want[k])
+            k++;
+        snprintf(msg, size, "%d numbers: \"%.*s\" where one at a time gives \"%.*s\"", n,
+                 (int)((size_t)(e - got) - k < 24 ? (size_t)(e - got) - k : 24), got + k,
+                 (int)((size_t)(w - want) - k < 24 ? (size_t)(w - want) - k : 24), want + k);
+        rc = -1;
+    }
+    if (heap) {
+        free(got);
+        free(want);
+    }
+    return rc;
+}
+
+/* Arrays come out as the numbers one at a time would: random lengths and patterns, ordinary
+ * values (the vector path where the CPU has one), and some special lanes among them. */
+Test(write, arrays_as_one_at_a_time)
+{
+    uint64_t s = rng_init();
+    static uint32_t v[3000];
+    char msg[256];
+    for (int iter = 0; iter < 20000; iter++) {
+        const int n = iter < 100 ? iter + 1 : 1 + (int)(rnd(&s) % 3000);
+        const int mode = iter % 5;
+        for (int i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)rnd(&s);
+            if (mode == 1 || (mode == 4 && rnd(&s) % 64)) /* ordinary sizes */
+                u = (u & 0x807fffffu) | (uint32_t)(100 + rnd(&s) % 60) << 23;
+            else if (mode == 2) /* every exponent */
+                u = (u & 0x807fffffu) | (uint32_t)(1 + rnd(&s) % 254) << 23;
+            else if (mode == 3) { /* activations */
+                float f = (float)((double)(int64_t)rnd(&s) * 0x1p-63 * 4);
+                memcpy(&u, &f, 4);
+            } else if (mode == 4) { /* a special one now and then */
+                static const uint32_t sp[] = {0, 0x80000000u, 0x7f800000u, 0x7fc00000u,
+                                              0x3f800000u, 0x40400000u, 0x15ae43fdu, 0x95ae43feu,
+                                              1, 0x807fffffu, 0x4b7fffffu};
+                u = sp[rnd(&s) % (sizeof sp / sizeof sp[0])];
+            }
+            v[i] = u;
+        }
+        if (check_f32s(v, n, msg, sizeof msg))
+            cr_assert_fail("seed %llu: %s", (unsigned long long)seed0, msg);
+    }
+}
+
 /* Every float16 and bfloat16 pattern: the table's text reads back (the parser's own rounding),
  * is the shortest, and is laid out as float32 text is. */
 Test(write, every_16_bit_value_shortest)
@@ -591,6 +668,8 @@ typedef struct sweep {
     uint64_t from, to; /* patterns [from, to) */
     uint64_t checked, failures;
     uint32_t first_failure;
+    uint64_t batches, batch_failures; /* nd_json_put_f32s, eight patterns at a time */
+    uint32_t first_batch_failure;
 } sweep;
 
 /* "<c>e<x>]" at p (c > 0), without printf: the sweep writes two per pattern. */
@@ -619,7 +698,10 @@ static size_t probe_text(char *p, uint64_t c, int x)
 
 /* Round trip, shortness and length for each pattern; failures counted (the first one kept) so
  * that a run reports them all at once. Reads with strtod for the round trip and with the reader
- * (itself checked against strtod above) for the shortness probes. */
+ * (itself checked against strtod above) for the shortness probes. Then the patterns eight at a
+ * time through nd_json_put_f32s, which must give the same text; where a batch holds a pattern its
+ * vector path leaves to put_f32, once more with those replaced by 1.5, so that every other
+ * pattern is written by the vector path too (where the CPU has it). */
 static void *sweep_run(void *arg)
 {
     sweep *w = arg;
@@ -628,6 +710,25 @@ static void *sweep_run(void *arg)
         const uint32_t u = (uint32_t)b;
         float f;
         memcpy(&f, &u, 4);
+        if ((b & 7) == 0 && b + 8 <= w->to) {
+            uint32_t v[8];
+            int special = 0;
+            char msg[256];
+            for (int i = 0; i < 8; i++) {
+                v[i] = (uint32_t)(b + (uint64_t)i);
+                special |= vector_special(v[i]);
+            }
+            int bad = check_f32s(v, 8, msg, sizeof msg);
+            if (special) {
+                for (int i = 0; i < 8; i++)
+                    if (vector_special(v[i]))
+                        v[i] = 0x3fc00000u;
+                bad |= check_f32s(v, 8, msg, sizeof msg);
+            }
+            w->batches++;
+            if (bad && !w->batch_failures++)
+                w->first_batch_failure = u;
+        }
         if ((u & 0x7f800000u) == 0x7f800000u || (u & 0x7fffffffu) == 0)
             continue;
         char *e = nd_json_put_f32(buf, f);
@@ -689,22 +790,29 @@ Test(exhaustive, all_float32)
             pthread_join(th[j], NULL);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    uint64_t checked = 0, failures = 0;
-    uint32_t first = 0;
+    uint64_t checked = 0, failures = 0, batches = 0, batch_failures = 0;
+    uint32_t first = 0, first_batch = 0;
     for (uint64_t c = 0; c < chunks; c++) {
         checked += w[c].checked;
         if (w[c].failures && !failures)
             first = w[c].first_failure;
         failures += w[c].failures;
+        batches += w[c].batches;
+        if (w[c].batch_failures && !batch_failures)
+            first_batch = w[c].first_batch_failure;
+        batch_failures += w[c].batch_failures;
     }
-    printf("exhaustive float32: %llu finite nonzero patterns checked, %llu failures, %.0f s on %ld "
-           "threads\n",
-           (unsigned long long)checked, (unsigned long long)failures,
+    printf("exhaustive float32: %llu finite nonzero patterns checked, %llu failures; %llu batches "
+           "of 8 through nd_json_put_f32s, %llu failures; %.0f s on %ld threads\n",
+           (unsigned long long)checked, (unsigned long long)failures, (unsigned long long)batches,
+           (unsigned long long)batch_failures,
            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), nthreads);
     fflush(stdout);
     /* all but the two zeros and the 2^24 infinities and NaNs */
     cr_assert_eq(checked, (1ull << 32) - (1ull << 24) - 2, "patterns");
     cr_assert_eq(failures, 0, "first failure: 0x%08x", first);
+    cr_assert_eq(batches, 1ull << 29, "batches");
+    cr_assert_eq(batch_failures, 0, "first failing batch: 0x%08x..", first_batch);
     free(w);
     free(th);
 }
