@@ -1078,3 +1078,193 @@ Test(configured, version_flag_prints_the_version)
     cr_assert_eq(pclose(p), 0);
     cr_assert(!strncmp(out, "normd ", 6) && strchr(out, '.'), "--version printed %s", out);
 }
+
+/* ---- JSON answers hold the binary answers' values ---- */
+
+/* The parsers' own rounding (nd_store_f64), to read a JSON answer's numbers as the dtype. */
+#include "../proto/request.h"
+
+/* A JSON array of n numbers read as dt, each strtod's value rounded once (what a client's reader
+ * and nd_store_f64 do), into out. */
+static void json_as_dtype(const json_t *arr, nd_dtype dt, void *out, int64_t n, const char *what)
+{
+    cr_assert(json_is_array(arr), "%s is not an array", what);
+    cr_assert_eq((int64_t)json_array_size(arr), n, "%s has %zu values, expected %lld", what,
+                 json_array_size(arr), (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(arr, (size_t)i);
+        cr_assert(json_is_number(v), "%s[%lld] is not a number", what, (long long)i);
+        cr_assert_eq(nd_store_f64(dt, out, i, json_number_value(v)), 0);
+    }
+}
+
+/* Bit for bit: what a JSON answer says and what the binary answer holds. */
+static void expect_same_bits(const void *json_vals, const void *bin, int64_t n, nd_dtype dt,
+                             const char *what)
+{
+    const size_t es = nd_dtype_size(dt);
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp((const char *)json_vals + i * (int64_t)es, (const char *)bin + i * (int64_t)es,
+                   es)) {
+            double a, b;
+            nd_to_f64(dt, (const char *)json_vals + i * (int64_t)es, 1, &a);
+            nd_to_f64(dt, (const char *)bin + i * (int64_t)es, 1, &b);
+            cr_assert_fail("%s[%lld]: JSON answer %.9g, binary answer %.9g", what, (long long)i,
+                           a, b);
+        }
+}
+
+/* x and the parameters as a v2 request body with JSON tensors, all outputs as JSON. */
+static char *case_v2_json(const op_case *c)
+{
+    static const char *const names[3] = {"FP32", "FP16", "BF16"};
+    const char *dt = names[c->dt == ND_FLOAT32 ? 0 : c->dt == ND_FLOAT16 ? 1 : 2];
+    sbuf b = {0};
+    sb_printf(&b, "{\"inputs\":[{\"name\":\"x\",\"datatype\":\"%s\",\"shape\":[", dt);
+    for (int i = 0; i < c->ndim; i++)
+        sb_printf(&b, "%s%lld", i ? "," : "", (long long)c->shape[i]);
+    sb_printf(&b, "]");
+    sb_array(&b, "data", c->xd, c->n);
+    sb_printf(&b, "}");
+    const char *pname[2] = {c->op == ND_OP_LAYERNORM ? "gamma"
+                            : c->op == ND_OP_RMSNORM ? "weight"
+                                                     : "alpha",
+                            "beta"};
+    const double *pv[2] = {c->p0d, c->p1d};
+    for (int k = 0; k < 2; k++) {
+        if (!pv[k])
+            continue;
+        sb_printf(&b, ",{\"name\":\"%s\",\"datatype\":\"%s\",\"shape\":[%lld]", pname[k], dt,
+                  (long long)c->pcount);
+        sb_array(&b, "data", pv[k], c->pcount);
+        sb_printf(&b, "}");
+    }
+    sb_printf(&b, "]");
+    if (c->op == ND_OP_SOFTMAX || c->op == ND_OP_LOG_SOFTMAX)
+        sb_printf(&b, ",\"parameters\":{\"axis\":%d}", c->axis);
+    sb_printf(&b, ",\"outputs\":[{\"name\":\"y\"}%s%s]}",
+              c->op == ND_OP_LAYERNORM ? ",{\"name\":\"mean\"}" : "",
+              c->op == ND_OP_LAYERNORM || c->op == ND_OP_RMSNORM ? ",{\"name\":\"rstd\"}" : "");
+    return b.p;
+}
+
+/* The v2 answer's output called name. */
+static const json_t *v2_output(const json_t *root, const char *name)
+{
+    const json_t *outs = json_object_get(root, "outputs");
+    for (size_t i = 0; i < json_array_size(outs); i++)
+        if (!strcmp(json_string_value(json_object_get(json_array_get(outs, i), "name")), name))
+            return json_array_get(outs, i);
+    cr_assert_fail("no output %s in the v2 answer", name);
+    return NULL;
+}
+
+/* One case three ways: raw binary, /v1 JSON and (FP32, FP16) v2 JSON; every value of y and of
+ * the statistics must be the same bits in all three. */
+static void json_and_binary_agree(const op_case *c)
+{
+    const int norm = c->op == ND_OP_LAYERNORM || c->op == ND_OP_RMSNORM;
+    const size_t es = nd_dtype_size(c->dt);
+    const char *name = nd_op_name(c->op), *dt = nd_dtype_name(c->dt);
+    char *url = case_binary_url(c, &daemon_, norm);
+    size_t len;
+    void *body = case_binary_body(c, &len);
+    nd_resp bin;
+    cr_assert_eq(nd_http("POST", url, "application/octet-stream", body, len, &bin), 0);
+    cr_assert_eq(bin.code, 200, "%s %s binary: %ld %s", name, dt, bin.code, bin.body);
+    const size_t ybytes = (size_t)c->n * es, sbytes = (size_t)c->outer * sizeof(float);
+    const char *bin_mean = c->op == ND_OP_LAYERNORM ? bin.body + ybytes : NULL;
+    const char *bin_rstd = norm ? bin.body + ybytes + (bin_mean ? sbytes : 0) : NULL;
+    void *y = xalloc(ybytes);
+    float *stat = xalloc(sbytes);
+
+    char *json = case_json(c, norm);
+    nd_resp r = post(name, "application/json", json);
+    cr_assert_eq(r.code, 200, "%s %s /v1 JSON: %ld %s", name, dt, r.code, r.body);
+    json_error_t jerr;
+    json_t *root = json_loads(r.body, 0, &jerr);
+    cr_assert_not_null(root, "%s", jerr.text);
+    json_as_dtype(json_object_get(root, "data"), c->dt, y, c->n, "data");
+    expect_same_bits(y, bin.body, c->n, c->dt, "/v1 y");
+    if (bin_mean) {
+        json_as_dtype(json_object_get(root, "mean"), ND_FLOAT32, stat, c->outer, "mean");
+        expect_same_bits(stat, bin_mean, c->outer, ND_FLOAT32, "/v1 mean");
+    }
+    if (bin_rstd) {
+        json_as_dtype(json_object_get(root, "rstd"), ND_FLOAT32, stat, c->outer, "rstd");
+        expect_same_bits(stat, bin_rstd, c->outer, ND_FLOAT32, "/v1 rstd");
+    }
+    json_decref(root);
+    nd_resp_free(&r);
+    free(json);
+
+    if (c->dt != ND_BFLOAT16) { /* v2 sends BF16 only as binary */
+        char v2url[256];
+        snprintf(v2url, sizeof v2url, "%s/v2/models/%s/infer", daemon_.base, name);
+        json = case_v2_json(c);
+        cr_assert_eq(nd_http("POST", v2url, "application/json", json, strlen(json), &r), 0);
+        cr_assert_eq(r.code, 200, "%s %s v2 JSON: %ld %s", name, dt, r.code, r.body);
+        root = json_loads(r.body, 0, &jerr);
+        cr_assert_not_null(root, "%s", jerr.text);
+        json_as_dtype(json_object_get(v2_output(root, "y"), "data"), c->dt, y, c->n, "y");
+        expect_same_bits(y, bin.body, c->n, c->dt, "v2 y");
+        if (bin_mean) {
+            json_as_dtype(json_object_get(v2_output(root, "mean"), "data"), ND_FLOAT32, stat,
+                          c->outer, "mean");
+            expect_same_bits(stat, bin_mean, c->outer, ND_FLOAT32, "v2 mean");
+        }
+        if (bin_rstd) {
+            json_as_dtype(json_object_get(v2_output(root, "rstd"), "data"), ND_FLOAT32, stat,
+                          c->outer, "rstd");
+            expect_same_bits(stat, bin_rstd, c->outer, ND_FLOAT32, "v2 rstd");
+        }
+        json_decref(root);
+        nd_resp_free(&r);
+        free(json);
+    }
+    free(y);
+    free(stat);
+    nd_resp_free(&bin);
+    free(body);
+    free(url);
+}
+
+/* Every op and dtype on random shapes, and the service benchmark's request (layernorm 8 x 1024
+ * float32, values from N(0, 1): answers from every part of the float32 writer). */
+Test(server, json_answers_hold_the_binary_answers_values)
+{
+    static const nd_op ops[] = {ND_OP_LAYERNORM, ND_OP_RMSNORM, ND_OP_SOFTMAX,
+                                ND_OP_LOG_SOFTMAX, ND_OP_PRELU};
+    uint64_t rng = 0x1212;
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+        for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
+            for (int k = 0; k < 3; k++) {
+                op_case c;
+                case_make(&c, ops[o], dtypes[d], &rng, (int)(nd_rand_u64(&rng) % 3),
+                          (int)(nd_rand_u64(&rng) % 2));
+                json_and_binary_agree(&c);
+                case_free(&c);
+            }
+
+    op_case c;
+    memset(&c, 0, sizeof c);
+    c.op = ND_OP_LAYERNORM;
+    c.dt = ND_FLOAT32;
+    c.ndim = 2;
+    c.shape[0] = c.outer = 8;
+    c.shape[1] = c.mid = c.pcount = 1024;
+    c.inner = 1;
+    c.axis = 1;
+    c.n = 8 * 1024;
+    c.x = xalloc((size_t)c.n * 4);
+    c.xd = xalloc((size_t)c.n * sizeof(double));
+    c.p0 = xalloc(1024 * 4);
+    c.p0d = xalloc(1024 * sizeof(double));
+    c.p1 = xalloc(1024 * 4);
+    c.p1d = xalloc(1024 * sizeof(double));
+    nd_fill_random(ND_FLOAT32, c.x, c.n, 0.0, 1.0, &rng, c.xd);
+    nd_fill_random(ND_FLOAT32, c.p0, 1024, 1.0, 0.3, &rng, c.p0d);
+    nd_fill_random(ND_FLOAT32, c.p1, 1024, 0.0, 0.5, &rng, c.p1d);
+    json_and_binary_agree(&c);
+    case_free(&c);
+}
