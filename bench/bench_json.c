@@ -9,6 +9,9 @@
  *   "9 digits"   "%.9g" of random float32 values (numpy's float32 repr and C clients' printf)
  *   "17 digits"  "%.17g" of the same values as doubles (Python's json.dumps of x.tolist())
  *   "5 digits"   float16 values as "%.5g"
+ * and, for the float32 writer alone (json_num.h), the numbers of x one at a time (nd_json_put_f32)
+ * and as an array (nd_json_put_f32s: eight at a time where the CPU has AVX-512, as the answers
+ * are written; the header says which).
  * Prints a table; --csv FILE also writes it as CSV.
  *
  *   bench_json [--csv FILE] [--seconds S]
@@ -21,6 +24,7 @@
 #include <time.h>
 
 #include "../kernels/nd_dtype.h"
+#include "../proto/json_num.h"
 #include "../proto/nd_proto.h"
 #include "../proto/nd_v2.h"
 
@@ -172,6 +176,32 @@ static void encode_once(void *p)
     free(out);
 }
 
+/* The float32 writer alone, on x: one number at a time, or the array at once. */
+typedef struct write_ctx {
+    const float *x;
+    char *buf;
+    int array;
+} write_ctx;
+
+static void write_once(void *p)
+{
+    write_ctx *c = p;
+    char *e = c->buf;
+    if (c->array) {
+        e = nd_json_put_f32s(e, c->x, N);
+    } else {
+        for (int i = 0; i < N; i++) {
+            if (i)
+                *e++ = ',';
+            e = nd_json_put_f32(e, c->x[i]);
+        }
+    }
+    if (e == c->buf) {
+        fprintf(stderr, "bench_json: nothing written\n");
+        exit(1);
+    }
+}
+
 static void parse_case(const char *what, const char *form, const float *x, int digits, int v2,
                        const char *dtype)
 {
@@ -213,6 +243,13 @@ int main(int argc, char **argv)
         xh[i] = nd_half_to_float(yh[i]);
     }
 
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+#else
+    const int avx512 = 0;
+#endif
+    printf("float32 arrays written %s\n", avx512 ? "eight at a time (AVX-512)" : "one at a time");
     printf("%-34s %-10s %10s %9s\n", "case (8x1024, one core)", "numbers", "M num/s", "ns/num");
     parse_case("parse /v1 float32", "9 digits", x, 9, 0, "float32");
     parse_case("parse /v1 float32", "17 digits", x, 17, 0, "float32");
@@ -236,6 +273,13 @@ int main(int argc, char **argv)
     e.req.dtype = ND_FLOAT16;
     e.y = yh;
     timed("encode /v1 float16", "table", encode_once, &e);
+
+    static char wbuf[N * (ND_JSON_F32_MAX + 1)];
+    write_ctx w = {x, wbuf, 0};
+    timed("write float32 one at a time", "shortest", write_once, &w);
+    w.array = 1;
+    timed(avx512 ? "write float32 array (AVX-512)" : "write float32 array", "shortest", write_once,
+          &w);
 
     if (csv) {
         FILE *f = fopen(csv, "w");
