@@ -327,17 +327,17 @@ soak: soak-deps $(BUILD)/normd
 # ---- JSON numbers (issue 12): the scanner's benchmark, the exhaustive float32 check, fuzzing ----
 # make bench-json: parse and encode rates of whole JSON requests and answers on one core
 # (bench/bench_json.c; table, and CSV in $(BUILD)/bench_json.csv). make test-f32-exhaustive: the
-# float32 writer over all 2^32 patterns (exhaustive::all_float32 in tests/test_json_num.c, skipped
-# by make test; minutes on every core). fuzz_json_tensor: the scanner against the jansson walk it
-# replaced (fuzz/json_oracle.h).
+# float32 writer over all 2^32 patterns, one at a time and eight at a time (exhaustive::all_float32
+# in tests/test_json_num.c, skipped by make test; minutes on every core). fuzz_json_tensor: the
+# scanner against the jansson walk it replaced (fuzz/json_oracle.h), and the writer's two paths.
 .PHONY: bench-json test-f32-exhaustive
 $(BUILD)/bench/bench_json: bench/bench_json.c $(BUILD)/libndproto.a $(BUILD)/libndkernels.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ -o $@ $(JSON_LIBS) $(LDLIBS)
 bench-json: $(BUILD)/bench/bench_json
-	./$(BUILD)/bench/bench_json --csv $(BUILD)/bench_json.csv
+	$(BUILD)/bench/bench_json --csv $(BUILD)/bench_json.csv
 test-f32-exhaustive: $(BUILD)/tests/test_json_num
-	ND_F32_EXHAUSTIVE=1 ./$(BUILD)/tests/test_json_num --filter 'exhaustive/*' --jobs 1
+	ND_F32_EXHAUSTIVE=1 $(BUILD)/tests/test_json_num --filter 'exhaustive/*' --jobs 1
 FUZZ_JSON_SRC := proto/json_tensor.c proto/json_num.c
 FUZZ_LIB_SRC += $(FUZZ_JSON_SRC)
 FUZZ_TARGETS += fuzz_json_tensor
