@@ -5,6 +5,13 @@
  * There is no separate dispatcher: an idle slot thread is the dispatcher. That makes "launch when
  * an executor is free and rows are waiting" the natural policy, and it means a batch is formed at
  * the last moment, as large as the queue allows, exactly when something can run it.
+ *
+ * Idle slot threads wait on a stack, each on its own condition variable, and work wakes the one
+ * that went idle last: at low load the same thread, warm in its core's caches with its stream and
+ * staging, runs batch after batch, and more threads join only as the load needs them. One shared
+ * condition variable woke them in turn instead, so each request of a lone client met a thread
+ * that had slept longest (H200, layernorm 8x4096 float16, one connection, p50: 132 us with 4
+ * slots, 112 us with 2, 304 us with 8).
  */
 #include "batcher.h"
 
@@ -40,7 +47,11 @@ struct nd_batcher {
     int nthreads;
 
     pthread_mutex_t lock; /* guards everything below */
-    pthread_cond_t wake;  /* signalled when jobs arrive or stopping is set */
+    pthread_cond_t *wake; /* one per slot thread: signalled when it is handed work or stopping is
+                           * set */
+    int *idle;            /* slot threads waiting for work, in the order they went idle */
+    int nidle;
+    int nwake;            /* condition variables initialised */
     group *groups;
     int queued;           /* jobs in groups */
     int timed;            /* jobs in groups that have a deadline */
@@ -55,6 +66,37 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- idle slot threads (the lock held) ---- */
+
+static void idle_push(nd_batcher *b, int slot)
+{
+    b->idle[b->nidle++] = slot;
+}
+
+/* Takes slot off the idle stack if it is there (a thread woken by a timeout or spuriously). */
+static void idle_remove(nd_batcher *b, int slot)
+{
+    for (int i = 0; i < b->nidle; i++)
+        if (b->idle[i] == slot) {
+            memmove(b->idle + i, b->idle + i + 1, (size_t)(b->nidle - i - 1) * sizeof *b->idle);
+            b->nidle--;
+            return;
+        }
+}
+
+/* The slot thread that went idle last, taken off the stack (-1: none is idle); the caller
+ * signals b->wake[slot] once it has let go of the lock. */
+static int idle_pop(nd_batcher *b)
+{
+    return b->nidle ? b->idle[--b->nidle] : -1;
+}
+
+static void wake_slot(nd_batcher *b, int slot)
+{
+    if (slot >= 0)
+        pthread_cond_signal(&b->wake[slot]);
 }
 
 /* ---- keys ---- */
@@ -130,8 +172,9 @@ int nd_batcher_submit(nd_batcher *b, nd_job *job)
             b->next_deadline = job->deadline;
     }
     nd_metrics_queue_depth_add(b->metrics, 1);
+    int slot = idle_pop(b);
     pthread_mutex_unlock(&b->lock);
-    pthread_cond_signal(&b->wake);
+    wake_slot(b, slot);
     return 0;
 }
 
@@ -477,17 +520,21 @@ static void *slot_main(void *arg)
                     ts.tv_sec++;
                     ts.tv_nsec -= 1000000000L;
                 }
-                pthread_cond_timedwait(&b->wake, &b->lock, &ts);
-            } else
-                pthread_cond_wait(&b->wake, &b->lock);
+                idle_push(b, slot);
+                pthread_cond_timedwait(&b->wake[slot], &b->lock, &ts);
+            } else {
+                idle_push(b, slot);
+                pthread_cond_wait(&b->wake[slot], &b->lock);
+            }
+            idle_remove(b, slot);
             continue;
         }
         int njobs;
         nd_job *jobs = take_jobs(b, g, &njobs);
         /* Another slot may find more ready work at once. */
-        if (b->groups)
-            pthread_cond_signal(&b->wake);
+        int other = b->groups ? idle_pop(b) : -1;
         pthread_mutex_unlock(&b->lock);
+        wake_slot(b, other);
         nd_metrics_queue_depth_add(b->metrics, -njobs);
         run_batch(b, slot, jobs, njobs);
         pthread_mutex_lock(&b->lock);
@@ -508,16 +555,20 @@ nd_batcher *nd_batcher_create(const nd_config *cfg, nd_engine *engine, nd_metric
     b->engine = engine;
     b->metrics = metrics;
     pthread_mutex_init(&b->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&b->wake, &ca);
-    pthread_condattr_destroy(&ca);
     b->threads = calloc((size_t)engine->nslots, sizeof *b->threads);
-    if (!b->threads) {
+    b->wake = calloc((size_t)engine->nslots, sizeof *b->wake);
+    b->idle = calloc((size_t)engine->nslots, sizeof *b->idle);
+    if (!b->threads || !b->wake || !b->idle) {
         nd_error_set(err, ND_ENOMEM, "out of memory");
         goto fail;
     }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    for (int s = 0; s < engine->nslots; s++)
+        pthread_cond_init(&b->wake[s], &ca);
+    pthread_condattr_destroy(&ca);
+    b->nwake = engine->nslots;
     for (int s = 0; s < engine->nslots; s++) {
         slot_arg *sa = malloc(sizeof *sa);
         int rc = ENOMEM;
@@ -551,8 +602,10 @@ void nd_batcher_drain(nd_batcher *b)
     pthread_mutex_lock(&b->lock);
     b->closed = 1;
     b->stopping = 1;
+    b->nidle = 0;
     pthread_mutex_unlock(&b->lock);
-    pthread_cond_broadcast(&b->wake);
+    for (int s = 0; s < b->nwake; s++)
+        pthread_cond_signal(&b->wake[s]);
     for (int s = 0; s < b->nthreads; s++)
         pthread_join(b->threads[s], NULL);
     b->nthreads = 0;
@@ -565,7 +618,10 @@ void nd_batcher_destroy(nd_batcher *b)
     /* With no threads (a failed create) nothing can have been queued. */
     nd_batcher_drain(b);
     free(b->threads);
-    pthread_cond_destroy(&b->wake);
+    for (int s = 0; s < b->nwake; s++)
+        pthread_cond_destroy(&b->wake[s]);
+    free(b->wake);
+    free(b->idle);
     pthread_mutex_destroy(&b->lock);
     free(b);
 }
