@@ -14,7 +14,7 @@
 --
 -- done() prints one parseable line, as post_binary.lua does:
 --   RESULT requests=N duration_us=N rps=F p50_us=F p90_us=F p99_us=F max_us=F
---          connect_errors=N read_errors=N write_errors=N timeouts=N non2xx=N req_bytes=N
+--          connect_errors=N read_errors=N write_errors=N timeouts=N non2xx=N req_bytes=N p999_us=F
 
 local op = os.getenv("NORMD_OP") or "layernorm"
 local dtype = os.getenv("NORMD_DTYPE") or "float32"
@@ -73,8 +73,9 @@ function done(summary, latency, requests)
    local e = summary.errors
    io.write(string.format(
       "RESULT requests=%d duration_us=%d rps=%.1f p50_us=%.1f p90_us=%.1f p99_us=%.1f max_us=%.1f " ..
-      "connect_errors=%d read_errors=%d write_errors=%d timeouts=%d non2xx=%d req_bytes=%d\n",
+      "connect_errors=%d read_errors=%d write_errors=%d timeouts=%d non2xx=%d req_bytes=%d " ..
+      "p999_us=%.1f\n",
       summary.requests, summary.duration, summary.requests / (summary.duration / 1e6),
       latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max,
-      e.connect, e.read, e.write, e.timeout, e.status, body_bytes))
+      e.connect, e.read, e.write, e.timeout, e.status, body_bytes, latency:percentile(99.9)))
 end
