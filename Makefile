@@ -1,6 +1,7 @@
 # normd - the Makefile is the entry point for everything (see README.md).
 #
 #   make            build build/normd (CUDA backend too when nvcc is found; CPU-only otherwise)
+#   make CUDA=0     build the CPU backend only, even where nvcc is found (CUDA=1: fail without nvcc)
 #   make run        install missing build dependencies (as root), build, start the daemon
 #   make test       install, build, run every unit and integration test (no GPU needed)
 #   make test-deploy  systemd units and socket activation, Kubernetes/KServe manifests (in make test)
@@ -12,6 +13,16 @@
 #   make soak       ten minutes of mixed load with aborts against the CPU backend (bench/soak)
 
 BUILD   ?= build
+
+# Parallel by default: one job per core. A -j on the command line wins, and a make started by this
+# one shares its jobs.
+ifeq ($(MAKELEVEL)$(filter -j%,$(MAKEFLAGS)),0)
+  MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
+# make clean with other goals: clean first, the rest after
+ifneq ($(filter clean,$(MAKECMDGOALS)),)
+  .NOTPARALLEL:
+endif
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -pthread -MMD -MP
@@ -20,8 +31,16 @@ SAN     ?=
 CFLAGS  += $(SAN)
 LDLIBS  += -pthread -lm
 
-# ---- CUDA: found on PATH or in the usual place; NVCC= (empty) forces a CPU-only build ----
+# ---- CUDA: nvcc found on PATH or in the usual place builds the CUDA backend too. CUDA=0 (or an
+# empty NVCC=) builds the CPU backend only; CUDA=1 fails when no nvcc is found. ----
+CUDA ?= auto
+ifeq ($(CUDA),0)
+  override NVCC :=
+endif
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+ifeq ($(CUDA)$(strip $(NVCC)),1)
+  $(error CUDA=1 but no nvcc found (PATH, /usr/local/cuda/bin); name it with NVCC=/path/to/nvcc)
+endif
 CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall -lineinfo
 ifneq ($(strip $(NVCC)),)
@@ -46,7 +65,7 @@ CURL_LIBS := $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
 ZLIB_LIBS := $(shell pkg-config --libs zlib 2>/dev/null || echo -lz)
 
 KERNELS_C := $(filter-out kernels/cuda_stub.c,$(wildcard kernels/*.c))
-KERNELS_OBJ := $(KERNELS_C:%.c=$(BUILD)/%.o) $(CU_OBJ)
+KERNELS_OBJ := $(CU_OBJ) $(KERNELS_C:%.c=$(BUILD)/%.o)
 PROTO_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard proto/*.c))
 SERVER_C  := $(wildcard server/*.c)
 SERVER_OBJ := $(SERVER_C:%.c=$(BUILD)/%.o)
@@ -66,7 +85,8 @@ TEST_UTIL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/util/*.c))
         fuzz clean gpu-check
 
 all: $(BUILD)/normd
-	@if [ -z "$(strip $(NVCC))" ]; then echo "note: nvcc not found: built the CPU backend only"; fi
+	@if [ "$(CUDA)" = 0 ]; then echo "note: CUDA=0: built the CPU backend only"; \
+	elif [ -z "$(strip $(NVCC))" ]; then echo "note: nvcc not found: built the CPU backend only"; fi
 
 # Installs what the build needs when it is missing; as root it uses apt-get, otherwise it names
 # the packages to install.
@@ -87,31 +107,44 @@ SAN_PKGS := clang libclang-rt-dev
 deps:
 	$(call install_debs,$(DEB_PKGS) $(SAN_PKGS))
 
-$(BUILD)/%.o: %.c
+# Which backends this build holds: every object is rebuilt when that changes (make CUDA=0 after
+# make), and the archives are written afresh, without members of the other configuration.
+BUILD_CONFIG := $(BUILD)/config.txt
+CONFIG_TEXT  := cuda=$(if $(strip $(NVCC)),$(NVCC),none)
+$(shell mkdir -p $(BUILD) && [ "$$(cat $(BUILD_CONFIG) 2>/dev/null)" = "$(CONFIG_TEXT)" ] || \
+        echo "$(CONFIG_TEXT)" > $(BUILD_CONFIG))
+$(BUILD_CONFIG):
+	@mkdir -p $(dir $@) && echo "$(CONFIG_TEXT)" > $@
+
+$(BUILD)/%.o: %.c $(BUILD_CONFIG)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/%.o: %.cu
+$(BUILD)/%.o: %.cu $(BUILD_CONFIG)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Ikernels -c $< -o $@
 
 $(BUILD)/libndkernels.a: $(KERNELS_OBJ)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 $(BUILD)/libndproto.a: $(PROTO_OBJ)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 $(BUILD)/libndserver.a: $(SERVER_LIB_OBJ)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 LIBS_ALL := $(BUILD)/libndserver.a $(BUILD)/libndproto.a $(BUILD)/libndkernels.a
 
-$(BUILD)/normd: $(BUILD)/server/main.o $(LIBS_ALL)
-	$(CC) $(CFLAGS) $^ -o $@ $(MHD_LIBS) $(JSON_LIBS) $(ZLIB_LIBS) $(CUDA_LIBS) $(LDLIBS)
+# The kernels first: a parallel build starts the long CUDA compiles before the C files.
+$(BUILD)/normd: $(BUILD)/libndkernels.a $(BUILD)/server/main.o $(LIBS_ALL)
+	$(CC) $(CFLAGS) $(BUILD)/server/main.o $(LIBS_ALL) -o $@ $(MHD_LIBS) $(JSON_LIBS) $(ZLIB_LIBS) \
+	  $(CUDA_LIBS) $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(TEST_UTIL_OBJ) $(LIBS_ALL)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $^ -o $@ $(CRIT_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(JSON_LIBS) $(ZLIB_LIBS) $(CUDA_LIBS) $(LDLIBS)
 
-run: deps all
+# deps before the build (the build needs the headers it installs), hence the second make
+run: deps
+	@$(MAKE) --no-print-directory all
 	./$(BUILD)/normd $(ARGS)
 
 unit-test: $(UNIT_BIN)
@@ -140,7 +173,8 @@ py-test: $(BUILD)/normd $(VENV)/.installed
 	NORMD_BIN=$(BUILD)/normd $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/py
 
 # GPU tests: the kernel tests (tests/gpu_*.c), then the integration suite against --backend cuda.
-test-gpu: deps $(BUILD)/normd $(GPU_BIN) $(BUILD)/tests/it_server
+test-gpu: deps
+	@$(MAKE) --no-print-directory $(BUILD)/normd $(GPU_BIN) $(BUILD)/tests/it_server
 	@set -e; for t in $(GPU_BIN); do echo "== $$t"; $$t --jobs 1; done
 	@echo "== it_server --backend cuda"
 	NORMD_BIN=$(BUILD)/normd NORMD_BACKEND=cuda $(BUILD)/tests/it_server --jobs 1
@@ -176,7 +210,7 @@ deploy-deps:
 image-deps:
 	$(call install_debs,$(IMAGE_PKGS))
 
-$(DEPLOY_VENV)/.installed: tests/deploy/requirements.txt
+$(DEPLOY_VENV)/.installed: tests/deploy/requirements.txt | deploy-deps
 	rm -rf $(DEPLOY_VENV)
 	python3 -m venv $(DEPLOY_VENV)
 	$(DEPLOY_VENV)/bin/pip install -q --disable-pip-version-check -r tests/deploy/requirements.txt
@@ -252,8 +286,9 @@ SAN_ENV := NORMD_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1 
            UBSAN_OPTIONS=print_stacktrace=1 TSAN_OPTIONS=second_deadlock_stack=1
 .PHONY: test-asan test-tsan
 test-asan: deps
-	@$(SAN_ENV) $(MAKE) --no-print-directory BUILD=$(BUILD)/asan NVCC= SAN="$(ASAN_FLAGS)" \
-	  VENV=$(BUILD)/venv unit-test integration-test py-test
+	@set -e; for t in unit-test integration-test py-test; do \
+	  $(SAN_ENV) $(MAKE) --no-print-directory BUILD=$(BUILD)/asan NVCC= SAN="$(ASAN_FLAGS)" \
+	    VENV=$(BUILD)/venv $$t; done
 test-tsan: deps
 	@$(MAKE) --no-print-directory BUILD=$(BUILD)/tsan NVCC= SAN="$(TSAN_FLAGS)" $(BUILD)/tsan/normd
 	@$(MAKE) --no-print-directory $(BUILD)/tests/it_server $(BUILD)/tests/it_hardening
