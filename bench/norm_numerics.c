@@ -4,7 +4,7 @@
  * (issue 13: outputs near zero off by up to 15 ulp, a mean signed error that is not zero) and
  * checks the fix, without a GPU.
  *
- * It follows the kernels' order of operations (kernels/norm.cu, rows.cuh, rows_split.cuh): the
+ * It follows the kernels' order of operations (kernels/layernorm.cu, rows.cuh, rows_split.cuh): the
  * row is laid out in 16-byte packs over threads as nd_rows_run's dispatch does for that width on
  * an H100/H200 (sub-warp or warp groups, a block of 128..512 threads, the split kernel's chunk
  * blocks of 512 threads x 8 packs, up to 66 chunks; beyond, the stream kernel's cluster of 16

@@ -1,5 +1,6 @@
 /*
- * rows.cuh - the row engine shared by the last-axis operators (norm.cu, softmax.cu).
+ * rows.cuh - the row engine shared by the last-axis operators (layernorm.cu, rmsnorm.cu,
+ * softmax.cu, log_softmax.cu).
  *
  * An operator over the last axis reads a row, reduces it to a few numbers, and writes a row of the
  * same shape. The engine does the reading, the reducing across threads and the writing; an Op

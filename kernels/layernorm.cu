@@ -1,9 +1,7 @@
 /*
- * norm.cu - LayerNorm and RMSNorm over the last axis (CUDA backend).
- *
- * Technique: OneFlow's LayerNorm (seed 000) and the RMSNorm article (seed 002): the row is read
- * once into registers with 16-byte packs, reduced, and written from registers; the kernel is chosen
- * by row size (sub-warp groups, warp, block; see rows.cuh). Departures:
+ * layernorm.cu - LayerNorm over the last axis (CUDA backend): the op below run by the row
+ * engine (rows.cuh) with the policy and launcher of norm.cuh, where the technique is described.
+ * Departures in its statistics:
  *   - Statistics are not Welford. With the row on chip, a shifted form is as cheap and more
  *     accurate: d = x - shift, c = sum(d)/n, var = sum(d^2)/n - c^2, mean = shift + c,
  *     y = (x - mean) * rstd * gamma + beta. The register kernels take shift = the row's first
@@ -41,14 +39,8 @@
  *     (16-bit 768-1536 columns, where min_blocks below now gives the warp kernel a block more
  *     per SM than before). 16-bit rows in the stream kernel take one pass for their statistics
  *     instead of two.
- *   - Rows longer than a block's registers are spread over a thread-block cluster (sm_90) that
- *     all-reduces through distributed shared memory, instead of OneFlow's shared-memory cache and
- *     uncached block fallback; x is still read from device memory once. Only rows beyond a
- *     16-block cluster (262144 float32 / 524288 16-bit columns) take the re-reading stream
- *     kernel.
- *   - Any row start: packs follow the 16-byte grid of memory, partial packs at the row's ends.
  */
-#include "rows.cuh"
+#include "norm.cuh"
 
 /* 1: LayerNorm in the register kernels makes one all-reduce of (sum d, sum d^2) with
  * d = x - x[0], x[0] the row's first element (ctx.first); 0: the two rounds below (mean, then
@@ -61,30 +53,7 @@
 #endif
 
 /* ---------------------------------------------------------------------------------------------
- * Policies: the tuned numbers, one place for both ops.
- * ------------------------------------------------------------------------------------------- */
-
-struct nd_norm_policy {
-    static constexpr int kRegBytes = 128;    /* bytes of the row per thread held in registers */
-    static constexpr int kRowsInFlight = 2;  /* packs per lane in flight in the warp kernel */
-    /* 4 for groups of 4 lanes (float32 32 / 16-bit 64 columns): H200 +12 to +15 points of the
-     * copy ceiling there; 4 everywhere lost 9-13 at 2 lanes (16-bit 32) and 1-3 at 8 */
-    static constexpr int kRowsInFlight4 = 4;
-    static constexpr int kSubPacks = 4;      /* packs per lane in the sub-warp kernel */
-    static constexpr int kBlockMin = 128;
-    static constexpr int kBlockMax = 512;
-    static constexpr int kClusterMax = 16;
-    static constexpr int kStreamThreads = 512;
-};
-
-struct nd_norm_params {
-    float eps;
-    float *mean;
-    float *rstd;
-};
-
-/* ---------------------------------------------------------------------------------------------
- * Ops
+ * Op
  * ------------------------------------------------------------------------------------------- */
 
 /* The partial sums of a LayerNorm row, per row r of K / 3: the sum of d = x - shift as a double
@@ -315,100 +284,11 @@ struct nd_layernorm_op {
     }
 };
 
-struct nd_rmsnorm_op {
-    static constexpr float kPad = 0.0f;
-    static constexpr int kParams = 1;
-    typedef nd_norm_params Params;
-    struct State {
-        float rstd;
-    };
-
-    template <int R, int N, class V, class Ctx>
-    static __device__ __forceinline__ void stats(V (&v)[R], State (&st)[R], const Ctx &ctx,
-                                                 const Params &p)
-    {
-        float q[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            q[r] = 0.0f;
-#pragma unroll
-            for (int e = 0; e < N; e++)
-                q[r] = fmaf(v[r].get(e), v[r].get(e), q[r]);
-        }
-        ctx.template allreduce<R>(q, nd_op_sum());
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            st[r].rstd = 1.0f / sqrtf(q[r] / ctx.n + p.eps);
-    }
-
-    template <class Ctx>
-    static __device__ __forceinline__ void stream_stats(State &st, const Ctx &ctx, const Params &p)
-    {
-        float q[1] = {0.0f};
-        ctx.for_each([&](float x) { q[0] = fmaf(x, x, q[0]); });
-        ctx.template allreduce<1>(q, nd_op_sum());
-        st.rstd = 1.0f / sqrtf(q[0] / ctx.n + p.eps);
-    }
-
-    static __device__ __forceinline__ float out(const State &st, const Params &, float x, float g,
-                                                float)
-    {
-        return x * st.rstd * g;
-    }
-    static __device__ __forceinline__ float out_stream(const State &st, const Params &p, float x,
-                                                       float g, float b)
-    {
-        return out(st, p, x, g, b);
-    }
-    static __device__ __forceinline__ void write_stats(const State &st, int64_t row, const Params &p)
-    {
-        if (p.rstd)
-            p.rstd[row] = st.rstd;
-    }
-};
-
 /* ---------------------------------------------------------------------------------------------
- * Launchers
+ * Launcher
  * ------------------------------------------------------------------------------------------- */
-
-template <class Op, class T>
-static nd_status norm_run(const nd_norm_args *a, cudaStream_t s, const char *name, nd_error *err)
-{
-    nd_rows_args<T> ra;
-    ra.x = (const T *)a->x;
-    ra.y = (T *)a->y;
-    ra.p0 = (const T *)a->gamma;
-    ra.p1 = Op::kParams >= 2 ? (const T *)a->beta : NULL;
-    ra.rows = a->rows;
-    ra.cols = a->cols;
-    nd_norm_params p;
-    p.eps = a->eps;
-    p.mean = a->mean;
-    p.rstd = a->rstd;
-    return nd_rows_run<Op, T, nd_norm_policy>(ra, p, s, name, err);
-}
-
-template <class Op>
-static nd_status norm_dispatch(const nd_norm_args *a, void *stream, const char *name, nd_error *err)
-{
-    nd_status st = nd_norm_args_check(a, err);
-    if (st != ND_OK)
-        return st;
-    cudaStream_t s = (cudaStream_t)stream;
-    switch (a->dtype) {
-    case ND_FLOAT32: return norm_run<Op, float>(a, s, name, err);
-    case ND_FLOAT16: return norm_run<Op, __half>(a, s, name, err);
-    case ND_BFLOAT16: return norm_run<Op, __nv_bfloat16>(a, s, name, err);
-    default: return nd_error_set(err, ND_EINVAL, "%s: unknown dtype %d", name, (int)a->dtype);
-    }
-}
 
 extern "C" nd_status nd_cuda_layernorm(const nd_norm_args *a, void *stream, nd_error *err)
 {
     return norm_dispatch<nd_layernorm_op>(a, stream, "layernorm", err);
-}
-
-extern "C" nd_status nd_cuda_rmsnorm(const nd_norm_args *a, void *stream, nd_error *err)
-{
-    return norm_dispatch<nd_rmsnorm_op>(a, stream, "rmsnorm", err);
 }

@@ -1,0 +1,81 @@
+/*
+ * norm.cuh - what LayerNorm (layernorm.cu) and RMSNorm (rmsnorm.cu) share: the technique, the
+ * tuned policy, the parameters and the launcher. Each op is a translation unit of its own, so
+ * the two compile side by side.
+ *
+ * Technique: OneFlow's LayerNorm (seed 000) and the RMSNorm article (seed 002): the row is read
+ * once into registers with 16-byte packs, reduced, and written from registers; the kernel is chosen
+ * by row size (sub-warp groups, warp, block; see rows.cuh). Departures (and those of LayerNorm's
+ * statistics in layernorm.cu):
+ *   - Rows longer than a block's registers are spread over a thread-block cluster (sm_90) that
+ *     all-reduces through distributed shared memory, instead of OneFlow's shared-memory cache and
+ *     uncached block fallback; x is still read from device memory once. Only rows beyond a
+ *     16-block cluster (262144 float32 / 524288 16-bit columns) take the re-reading stream
+ *     kernel.
+ *   - Any row start: packs follow the 16-byte grid of memory, partial packs at the row's ends.
+ */
+#ifndef ND_NORM_CUH
+#define ND_NORM_CUH
+
+#include "rows.cuh"
+
+/* ---------------------------------------------------------------------------------------------
+ * Policies: the tuned numbers, one place for both ops.
+ * ------------------------------------------------------------------------------------------- */
+
+struct nd_norm_policy {
+    static constexpr int kRegBytes = 128;    /* bytes of the row per thread held in registers */
+    static constexpr int kRowsInFlight = 2;  /* packs per lane in flight in the warp kernel */
+    /* 4 for groups of 4 lanes (float32 32 / 16-bit 64 columns): H200 +12 to +15 points of the
+     * copy ceiling there; 4 everywhere lost 9-13 at 2 lanes (16-bit 32) and 1-3 at 8 */
+    static constexpr int kRowsInFlight4 = 4;
+    static constexpr int kSubPacks = 4;      /* packs per lane in the sub-warp kernel */
+    static constexpr int kBlockMin = 128;
+    static constexpr int kBlockMax = 512;
+    static constexpr int kClusterMax = 16;
+    static constexpr int kStreamThreads = 512;
+};
+
+struct nd_norm_params {
+    float eps;
+    float *mean;
+    float *rstd;
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Launchers (each op's file has its entry point, which instantiates these for its op)
+ * ------------------------------------------------------------------------------------------- */
+
+template <class Op, class T>
+static nd_status norm_run(const nd_norm_args *a, cudaStream_t s, const char *name, nd_error *err)
+{
+    nd_rows_args<T> ra;
+    ra.x = (const T *)a->x;
+    ra.y = (T *)a->y;
+    ra.p0 = (const T *)a->gamma;
+    ra.p1 = Op::kParams >= 2 ? (const T *)a->beta : NULL;
+    ra.rows = a->rows;
+    ra.cols = a->cols;
+    nd_norm_params p;
+    p.eps = a->eps;
+    p.mean = a->mean;
+    p.rstd = a->rstd;
+    return nd_rows_run<Op, T, nd_norm_policy>(ra, p, s, name, err);
+}
+
+template <class Op>
+static nd_status norm_dispatch(const nd_norm_args *a, void *stream, const char *name, nd_error *err)
+{
+    nd_status st = nd_norm_args_check(a, err);
+    if (st != ND_OK)
+        return st;
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (a->dtype) {
+    case ND_FLOAT32: return norm_run<Op, float>(a, s, name, err);
+    case ND_FLOAT16: return norm_run<Op, __half>(a, s, name, err);
+    case ND_BFLOAT16: return norm_run<Op, __nv_bfloat16>(a, s, name, err);
+    default: return nd_error_set(err, ND_EINVAL, "%s: unknown dtype %d", name, (int)a->dtype);
+    }
+}
+
+#endif /* ND_NORM_CUH */

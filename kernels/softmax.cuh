@@ -1,0 +1,182 @@
+/*
+ * softmax.cuh - softmax and log-softmax over the last axis (CUDA backend): the technique, the
+ * policy, the op and its launcher, shared by softmax.cu (softmax, and nd_cuda_softmax, the entry
+ * for every axis, which hands inner > 1 to softmax_axis.cu) and log_softmax.cu (log-softmax), two
+ * translation units that compile side by side.
+ *
+ * Technique: OneFlow's softmax (seed 001): coalesced 16-byte loads, the row kept in registers,
+ * warp-shuffle then shared-memory reductions, the kernel chosen by row width. It follows the
+ * online softmax of that article in a form that needs one exponential per element and one
+ * all-reduce per row:
+ *   each thread takes its local max mt and replaces its elements by e = exp(x - mt), summing
+ *   them to st; the (mt, st) pairs are all-reduced with the online merge
+ *   (m, s) = (max, s1 * exp(m1 - m) + s2 * exp(m2 - m)); then y = e * (exp(mt - m) / s).
+ *   log_softmax keeps x and writes (x - m) - log(s). 16-bit rows keep x packed and compute
+ *   exp(x - mt) a second time when writing (cheaper than repacking the exponentials).
+ * Departures from the seed: rows longer than a block's registers go to a thread-block cluster
+ * that merges the pairs through distributed shared memory (sm_90), so x is read once up to
+ * 262144 float32 / 524288 16-bit columns; the stream kernel (two passes over x) only beyond that.
+ * exp is exp2f((x - m) * log2 e): exp2f is accurate to 2 ulp, and the subtraction comes first so
+ * a row with a large mean loses nothing to the scaling. No fast-math intrinsics.
+ */
+#ifndef ND_SOFTMAX_CUH
+#define ND_SOFTMAX_CUH
+
+#include "rows.cuh"
+
+/* ---------------------------------------------------------------------------------------------
+ * Policy
+ * ------------------------------------------------------------------------------------------- */
+
+struct nd_softmax_policy {
+    static constexpr int kRegBytes = 128;
+    static constexpr int kRowsInFlight = 4;
+    static constexpr int kRowsInFlight4 = 4;
+    static constexpr int kSubPacks = 4;      /* packs per lane in the sub-warp kernel */
+    /* 64: rows of 257-512 packs (16-bit 4096 columns) in blocks of 64 threads x 8 packs rather
+     * than 128 x 4: H200 softmax f16/bf16 4096 +6 points (91 -> 97%), log_softmax -1.3, float32
+     * 1536-2048 within +-1 (the norms lost up to 3 points this way and keep 128) */
+    static constexpr int kBlockMin = 64;
+    static constexpr int kBlockMax = 512;
+    static constexpr int kClusterMax = 16;
+    static constexpr int kStreamThreads = 512;
+};
+
+static constexpr float ND_LOG2E = 1.4426950408889634f;
+
+/* ---------------------------------------------------------------------------------------------
+ * Op
+ * ------------------------------------------------------------------------------------------- */
+
+struct nd_softmax_params {
+    int unused;
+};
+
+template <bool LOG> struct nd_softmax_op {
+    static constexpr float kPad = -INFINITY;
+    static constexpr int kParams = 0;
+    typedef nd_softmax_params Params;
+    /* register path: softmax k = exp(mt - m) / s (this thread's scale) and, for 16-bit rows,
+     * m = mt (y = exp(x - mt) * k is recomputed: packing the exponentials back into 16-bit
+     * registers cost more than a second exp2f); log: m and k = log(s);
+     * stream path: softmax m and k = 1 / s, log: m and k = log(s) */
+    struct State {
+        float m, k;
+        bool recompute;
+    };
+
+    template <int R, int N, class V, class Ctx>
+    static __device__ __forceinline__ void stats(V (&v)[R], State (&st)[R], const Ctx &ctx,
+                                                 const Params &)
+    {
+        float a[2 * R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float mt = v[r].max_all();
+            float s = 0.0f;
+            if (mt != -INFINITY) {
+#pragma unroll
+                for (int e = 0; e < N; e++) {
+                    float ex = exp2f((v[r].get(e) - mt) * ND_LOG2E);
+                    s += ex;
+                    if (!LOG && V::kElemBytes == 4)
+                        v[r].set(e, ex);
+                    /* finish each 8 elements before the next: computing all 64 exponentials
+                     * of a 16-bit row up front spilled registers */
+                    if ((e & 7) == 7)
+                        asm volatile("" : "+f"(s));
+                }
+            }
+            a[2 * r] = mt;
+            a[2 * r + 1] = s;
+        }
+        float own[R];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            own[r] = a[2 * r];
+        ctx.template allreduce<2 * R>(a, nd_op_softmax_pair());
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            st[r].m = a[2 * r];
+            st[r].recompute = !LOG && V::kElemBytes != 4;
+            if (st[r].recompute)
+                st[r].m = own[r];
+            if (LOG)
+                st[r].k = logf(a[2 * r + 1]);
+            else
+                st[r].k = own[r] == -INFINITY ? 0.0f
+                                              : exp2f((own[r] - a[2 * r]) * ND_LOG2E) / a[2 * r + 1];
+        }
+    }
+
+    template <class Ctx>
+    static __device__ __forceinline__ void stream_stats(State &st, const Ctx &ctx, const Params &)
+    {
+        float a[2] = {-INFINITY, 0.0f};
+        ctx.for_each([&](float x) {
+            if (x == -INFINITY)
+                return;
+            if (x > a[0]) {
+                a[1] = a[1] * exp2f((a[0] - x) * ND_LOG2E);
+                a[0] = x;
+            }
+            a[1] += exp2f((x - a[0]) * ND_LOG2E);
+        });
+        ctx.template allreduce<2>(a, nd_op_softmax_pair());
+        st.m = a[0];
+        st.k = LOG ? logf(a[1]) : 1.0f / a[1];
+        st.recompute = false;
+    }
+
+    static __device__ __forceinline__ float out(const State &st, const Params &, float v, float,
+                                                float)
+    {
+        if (LOG)
+            return (v - st.m) - st.k;
+        return st.recompute ? exp2f((v - st.m) * ND_LOG2E) * st.k : v * st.k;
+    }
+    static __device__ __forceinline__ float out_stream(const State &st, const Params &, float x,
+                                                       float, float)
+    {
+        return LOG ? (x - st.m) - st.k : exp2f((x - st.m) * ND_LOG2E) * st.k;
+    }
+    static __device__ __forceinline__ void write_stats(const State &, int64_t, const Params &)
+    {
+    }
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Launchers
+ * ------------------------------------------------------------------------------------------- */
+
+template <bool LOG, class T>
+static nd_status softmax_run(const nd_softmax_args *a, cudaStream_t s, nd_error *err)
+{
+    nd_rows_args<T> ra;
+    ra.x = (const T *)a->x;
+    ra.y = (T *)a->y;
+    ra.p0 = NULL;
+    ra.p1 = NULL;
+    ra.rows = a->outer;
+    ra.cols = a->dim;
+    nd_softmax_params p = {0};
+    return nd_rows_run<nd_softmax_op<LOG>, T, nd_softmax_policy>(
+        ra, p, s, LOG ? "log_softmax" : "softmax", err);
+}
+
+template <bool LOG>
+static nd_status softmax_dispatch(const nd_softmax_args *a, cudaStream_t s, nd_error *err)
+{
+    switch (a->dtype) {
+    case ND_FLOAT32: return softmax_run<LOG, float>(a, s, err);
+    case ND_FLOAT16: return softmax_run<LOG, __half>(a, s, err);
+    case ND_BFLOAT16: return softmax_run<LOG, __nv_bfloat16>(a, s, err);
+    default: return nd_error_set(err, ND_EINVAL, "softmax: unknown dtype %d", (int)a->dtype);
+    }
+}
+
+/* Log-softmax over the last axis (inner == 1) of arguments that passed nd_softmax_args_check:
+ * softmax_dispatch<true>, compiled in log_softmax.cu. */
+nd_status nd_cuda_log_softmax_rows(const nd_softmax_args *a, cudaStream_t s, nd_error *err);
+
+#endif /* ND_SOFTMAX_CUH */
