@@ -787,13 +787,18 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
     const int64_t cap_block = (int64_t)Pol::kBlockMax * PM;
     const int max_cluster = di->cluster_launch ? Pol::kClusterMax : 1;
 
+    /* Every nd_rows_pick below starts at the least its branch is given (the branches before it
+     * take the smaller rows, as noted at each): a lower start would only compile kernels that no
+     * row reaches. Were one reached all the same, its n would go to the start's kernel, which
+     * handles shorter rows too. */
     constexpr int RIF = Pol::kRowsInFlight;
-    /* sub-warp groups of W lanes, SP packs per lane (W = P / SP rounded up to a power of two) */
+    /* sub-warp groups of W lanes, SP packs per lane (W = P / SP rounded up to a power of two);
+     * SP = kSubPacks takes P >= 8 * SP packs: 8 lanes or more */
     auto sub_warp = [&](auto sp) {
         constexpr int SP = decltype(sp)::value;
         const int64_t lanes = (P + SP - 1) / SP;
-        return nd_rows_pick<0, 4>(lanes <= 1 ? 0 : 64 - __builtin_clzll((unsigned long long)(lanes - 1)),
-                                  [&](auto lw) {
+        const int log2w = lanes <= 1 ? 0 : 64 - __builtin_clzll((unsigned long long)(lanes - 1));
+        return nd_rows_pick<(SP == Pol::kSubPacks ? 3 : 0), 4>(log2w, [&](auto lw) {
             constexpr int W = 1 << decltype(lw)::value;
             return nd_rows_pick<(W == 1 ? 1 : SP), SP>((int)P, [&](auto pk) {
                 constexpr int PACKS = decltype(pk)::value;
@@ -810,8 +815,8 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         return sub_warp(std::integral_constant<int, Pol::kSubPacks / 2>());
     if (P <= 16 * Pol::kSubPacks)
         return sub_warp(std::integral_constant<int, Pol::kSubPacks>());
-    if (P <= 32 * PM) {
-        return nd_rows_pick<1, PM>((int)((P + 31) / 32), [&](auto pk) {
+    if (P <= 32 * PM) { /* P > 16 * kSubPacks: more than kSubPacks / 2 packs per lane */
+        return nd_rows_pick<Pol::kSubPacks / 2 + 1, PM>((int)((P + 31) / 32), [&](auto pk) {
             constexpr int PACKS = decltype(pk)::value;
             constexpr int R = PACKS >= RIF ? 1 : RIF / PACKS;
             return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, 32, R>, ND_ROWS_WARP_BLOCK,
@@ -826,9 +831,10 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         while ((int64_t)threads * PM < P)
             threads *= 2;
         int packs = (int)((P + threads - 1) / threads);
+        /* P > 32 * PM, and P > TH / 2 * PM for TH > BMIN */
         auto go = [&](auto th) {
             constexpr int TH = decltype(th)::value;
-            return nd_rows_pick<(TH == BMIN ? PM / 4 : PM / 2), PM>(packs, [&](auto pk) {
+            return nd_rows_pick<(TH == BMIN ? 32 * PM / BMIN + 1 : PM / 2 + 1), PM>(packs, [&](auto pk) {
                 constexpr int PACKS = decltype(pk)::value;
                 return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false>, TH, 1, 0,
                                       a.rows, di, s, err, name, a, prm);
@@ -852,7 +858,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         while (csize * cap_block < P)
             csize *= 2;
         int packs = (int)((P + (int64_t)csize * Pol::kBlockMax - 1) / ((int64_t)csize * Pol::kBlockMax));
-        return nd_rows_pick<PM / 2, PM>(packs, [&](auto pk) {
+        return nd_rows_pick<PM / 2 + 1, PM>(packs, [&](auto pk) { /* P > csize / 2 * cap_block */
             constexpr int PACKS = decltype(pk)::value;
             return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, Pol::kBlockMax, true>,
                                   Pol::kBlockMax, csize, ND_ROWS_PREFETCH * (size_t)PACKS * Pol::kBlockMax * 16,
