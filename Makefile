@@ -151,6 +151,11 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	./$(BUILD)/normd $(ARGS)
 
+# The daemons that tests start write their logs to $(TEST_LOGS)/<test program>/<suite>.<test>.log,
+# printed when that test fails (tests/util/nd_http.c).
+TEST_LOGS := $(BUILD)/test-logs
+export ND_TEST_LOGS = $(TEST_LOGS)
+
 unit-test: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t --jobs 2; done
 

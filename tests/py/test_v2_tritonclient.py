@@ -9,6 +9,7 @@ written here, with the project's tolerance rule (tests/util/nd_testutil.h):
 The daemon is build/normd (or $NORMD_BIN) on a free port, backend $NORMD_BACKEND (default cpu).
 """
 import os
+import pathlib
 import re
 import subprocess
 import time
@@ -29,7 +30,13 @@ DTYPES = ["FP32", "FP16", "BF16"]
 def daemon(tmp_path_factory):
     binary = os.environ.get("NORMD_BIN", "build/normd")
     backend = os.environ.get("NORMD_BACKEND", "cpu")
-    log = tmp_path_factory.mktemp("normd") / "normd.log"
+    # the daemon's log: under $ND_TEST_LOGS (make test: build/test-logs), shown if it fails
+    logs = os.environ.get("ND_TEST_LOGS")
+    if logs:
+        os.makedirs(os.path.join(logs, "py"), exist_ok=True)
+        log = pathlib.Path(logs) / "py" / "test_v2_tritonclient.log"
+    else:
+        log = tmp_path_factory.mktemp("normd") / "normd.log"
     with open(log, "w") as logf:
         proc = subprocess.Popen(
             [binary, "--listen", "127.0.0.1:0", "--backend", backend, "--verbose", "0"],
@@ -41,7 +48,8 @@ def daemon(tmp_path_factory):
         pytest.fail(f"normd did not start: {line!r}, log: {log.read_text()}")
     yield f"127.0.0.1:{m.group(1)}"
     proc.terminate()
-    assert proc.wait(timeout=30) == 0
+    rc = proc.wait(timeout=30)
+    assert rc == 0, f"normd exited {rc}; its log ({log}):\n{log.read_text()}"
 
 
 @pytest.fixture(scope="module")

@@ -3,17 +3,103 @@
  */
 #include "nd_http.h"
 
+#include <criterion/criterion.h>
+#include <criterion/hooks.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * Daemon logs: a file per test, printed when the test fails
+ * ------------------------------------------------------------------------------------------- */
+
+/* The test program's file name, the same in Criterion's runner and in its workers (which run
+ * under another argv[0]). */
+static const char *test_program(void)
+{
+    static char name[256];
+    if (!name[0]) {
+        char exe[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        exe[n > 0 ? n : 0] = '\0';
+        const char *base = strrchr(exe, '/');
+        snprintf(name, sizeof name, "%.200s", n > 0 ? (base ? base + 1 : exe) : "test");
+    }
+    return name;
+}
+
+/* The log of a test's daemons: $ND_TEST_LOGS/<program>/<suite>.<test>.log. 0 when ND_TEST_LOGS is
+ * not set (the daemons then write to this process's stderr) or the path does not fit. */
+static int test_log_path(const char *suite, const char *test, char *path, size_t size)
+{
+    const char *dir = getenv("ND_TEST_LOGS");
+    if (!dir || !*dir)
+        return 0;
+    int n = snprintf(path, size, "%s/%s/%s.%s.log", dir, test_program(), suite, test);
+    return n > 0 && (size_t)n < size;
+}
+
+/* The current test's log, opened for the daemon's stderr: emptied by the first daemon a test
+ * starts (each test runs in a process of its own), appended to by the others, each introduced by
+ * its command line. -1 when there is none (see test_log_path) or it cannot be opened. */
+static int test_log_open(const char *const *argv)
+{
+    static int started; /* daemons started by this test */
+    char path[PATH_MAX], dir[PATH_MAX];
+    if (!criterion_current_test ||
+        !test_log_path(criterion_current_test->category, criterion_current_test->name, path,
+                       sizeof path))
+        return -1;
+    snprintf(dir, sizeof dir, "%s/%s", getenv("ND_TEST_LOGS"), test_program());
+    mkdir(getenv("ND_TEST_LOGS"), 0755);
+    mkdir(dir, 0755);
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (started++ ? O_APPEND : O_TRUNC), 0644);
+    if (fd < 0) {
+        fprintf(stderr, "cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    dprintf(fd, "==");
+    for (int i = 0; argv[i]; i++)
+        dprintf(fd, " %s", argv[i]);
+    dprintf(fd, "\n");
+    return fd;
+}
+
+/* After each test (and its fini, which stops its daemon): a failed test's daemon log is printed.
+ * This runs in Criterion's runner, which reports the test's result. */
+ReportHook(POST_FINI)(struct criterion_test_stats *stats)
+{
+    char path[PATH_MAX];
+    if (stats->test_status != CR_STATUS_FAILED && !stats->crashed && !stats->timed_out)
+        return;
+    if (!test_log_path(stats->test->category, stats->test->name, path, sizeof path))
+        return;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    fprintf(stderr, "---- %s: the daemon's log ----\n", path);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        fwrite(buf, 1, n, stderr);
+    fprintf(stderr, "---- end of %s ----\n", path);
+    fclose(f);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The daemon
+ * ------------------------------------------------------------------------------------------- */
 
 int nd_daemon_start(nd_daemon *d, const char *const *extra)
 {
@@ -28,11 +114,17 @@ int nd_daemon_start(nd_daemon *d, const char *const *extra)
         argv[argc++] = extra[i];
     argv[argc] = NULL;
     memset(d, 0, sizeof *d);
+    int log = test_log_open(argv);
     d->pid = fork();
-    if (d->pid < 0)
+    if (d->pid < 0) {
+        if (log >= 0)
+            close(log);
         return -1;
+    }
     if (d->pid == 0) {
         dup2(fds[1], STDOUT_FILENO);
+        if (log >= 0)
+            dup2(log, STDERR_FILENO);
         close(fds[0]);
         close(fds[1]);
         execv(bin, (char *const *)argv);
@@ -40,6 +132,8 @@ int nd_daemon_start(nd_daemon *d, const char *const *extra)
         _exit(127);
     }
     close(fds[1]);
+    if (log >= 0)
+        close(log);
     char line[256];
     size_t n = 0;
     /* read the first line, 20 s at most */

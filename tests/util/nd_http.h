@@ -18,7 +18,10 @@ typedef struct nd_daemon {
 } nd_daemon;
 
 /* Starts the daemon with --listen 127.0.0.1:0, the backend, and extra (NULL-terminated, may be
- * NULL) arguments; waits for its "listening on" line. Returns 0, or -1 with a message on stderr. */
+ * NULL) arguments; waits for its "listening on" line. Returns 0, or -1 with a message on stderr.
+ * With $ND_TEST_LOGS set (make test sets it), the daemon's stderr goes to the current test's log,
+ * $ND_TEST_LOGS/<test program>/<suite>.<test>.log, printed after the test only if it fails;
+ * otherwise to this process's stderr. */
 int nd_daemon_start(nd_daemon *d, const char *const *extra);
 /* SIGTERM, then waits (at most timeout_s) for exit. Returns the exit status, or -1 when it did
  * not exit in time (it is then killed) or died from a signal. */
