@@ -13,6 +13,8 @@
  *     for one sent after the signal), each with Connection: close; /healthz says "draining";
  *     an idle keep-alive connection is closed after a short grace; exit 0.
  *   - the byte budget answers 503 + Retry-After before reading the body, and bounds the RSS.
+ *   - memory goes back to the system after a large request: the RSS a second after one 256 MiB
+ *     request is within 64 MiB of its idle level.
  *   - admin routes take a bearer token when one is configured; parameter-set limits.
  *   - a request whose deadline (X-Normd-Timeout-Ms) passes while queued gets 504, counted.
  *
@@ -1044,6 +1046,59 @@ Test(budget, concurrent_large_bodies_stay_within_the_budget, .init = start_budge
         cr_assert_lt(s.peak, base + BUDGET_MIB + BUDGET_OVERHEAD_MIB, "peak RSS %.1f MiB",
                      s.peak);
     free(x);
+}
+
+/* ---- memory back to the system after a large request ---- */
+
+TestSuite(memory, .fini = stop_expect_clean, .timeout = 120);
+
+#define LARGE_MIB 256      /* the request's body, and its answer */
+#define RSS_RETURN_MIB 64  /* how far above its idle level the RSS may stay a second later */
+
+/* Limits that let one 256 MiB body through: the body limit, and the byte budget, which charges a
+ * request a multiple of its body. */
+static void start_large(void)
+{
+    static char body[32], budget[32];
+    snprintf(body, sizeof body, "%lld", (long long)(LARGE_MIB + 1) << 20);
+    snprintf(budget, sizeof budget, "%lld", (long long)(8 * LARGE_MIB) << 20);
+    static const char *args[] = {"--max-body-bytes", body, "--max-inflight-bytes", budget, NULL};
+    start(args);
+}
+
+Test(memory, rss_is_back_near_idle_a_second_after_a_256_mib_request, .init = start_large)
+{
+    const size_t cols = 4096, rows = ((size_t)LARGE_MIB << 20) / (cols * sizeof(float));
+    const size_t bytes = rows * cols * sizeof(float);
+    float *x = make_x(rows * cols, 13);
+    char url[128];
+    nd_resp r;
+    /* idle: after one small request of the same kind, settled */
+    snprintf(url, sizeof url, "%s/v1/layernorm?shape=4,%zu", daemon_.base, cols);
+    cr_assert_eq(nd_http("POST", url, "application/octet-stream", x, 4 * cols * sizeof(float),
+                         &r), 0);
+    cr_assert_eq(r.code, 200, "HTTP %ld: %s", r.code, r.body);
+    nd_resp_free(&r);
+    sleep_s(SETTLE_S);
+    const double idle = rss_mib(daemon_.pid);
+    rss_sampler s = {.peak = idle};
+    cr_assert_eq(pthread_create(&s.thread, NULL, rss_sampler_main, &s), 0);
+    snprintf(url, sizeof url, "%s/v1/layernorm?shape=%zu,%zu", daemon_.base, rows, cols);
+    cr_assert_eq(nd_http("POST", url, "application/octet-stream", x, bytes, &r), 0);
+    atomic_store(&s.stop, 1);
+    pthread_join(s.thread, NULL);
+    cr_assert_eq(r.code, 200, "HTTP %ld: %s", r.code, r.body);
+    cr_assert_eq(r.len, bytes);
+    nd_resp_free(&r);
+    free(x);
+    sleep_s(1.0);
+    const double after = rss_mib(daemon_.pid);
+    fprintf(stderr, "memory: one %d MiB request: daemon RSS %.1f MiB idle, peak %.1f, %.1f a "
+            "second after (%+.1f; bound: +%d)\n", LARGE_MIB, idle, s.peak, after, after - idle,
+            RSS_RETURN_MIB);
+    if (!sanitized())
+        cr_assert_lt(after - idle, RSS_RETURN_MIB, "RSS %.1f MiB idle, %.1f a second after a "
+                     "%d MiB request", idle, after, LARGE_MIB);
 }
 
 /* ---- admin routes and parameter-set limits ---- */
