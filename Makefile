@@ -147,8 +147,14 @@ $(BUILD)/tests/%: tests/%.c $(TEST_UTIL_OBJ) $(LIBS_ALL)
 	$(CC) $(CFLAGS) -Itests $^ -o $@ $(CRIT_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(JSON_LIBS) $(ZLIB_LIBS) $(CUDA_LIBS) $(LDLIBS)
 
 # deps before the build (the build needs the headers it installs), hence the second make
+# make run builds what this machine can run: on a machine with no NVIDIA device (no /dev/nvidia0,
+# ...) the CUDA kernels could never be used, so unless CUDA= is given it builds the CPU backend
+# only (seconds, where the kernels take minutes of CPU). `make` and `make test` still build both.
+GPU_PRESENT := $(shell ls /dev/nvidia[0-9]* >/dev/null 2>&1 && echo 1)
+RUN_CUDA := $(if $(filter auto,$(CUDA)),$(if $(GPU_PRESENT),auto,0),$(CUDA))
 run: deps
-	@$(MAKE) --no-print-directory all
+	@if [ "$(RUN_CUDA)" != "$(CUDA)" ]; then echo "note: no GPU on this machine: building the CPU backend only (make run CUDA=1 builds the CUDA backend too)"; fi
+	@$(MAKE) --no-print-directory CUDA=$(RUN_CUDA) all
 	./$(BUILD)/normd $(ARGS)
 
 # The daemons that tests start write their logs to $(TEST_LOGS)/<test program>/<suite>.<test>.log,
