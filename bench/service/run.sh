@@ -11,6 +11,8 @@
 #   <backend>-batch    --backend <backend>, batching as configured (the default policy)
 #   <backend>-nobatch  --backend <backend> --max-batch-rows <one request's rows>: batching off
 #   <backend>-v2       as <backend>-batch, the requests sent over KServe v2 with binary tensors
+#   <backend>-json     as <backend>-batch, the requests sent as /v1 JSON (post_json.lua: "%.9g"
+#                      numbers, the answer in JSON), to set beside the raw binary runs
 #   null               --backend null: no compute, the HTTP ceiling
 # Workloads: layernorm float16 8x4096 and rmsnorm bfloat16 1x4096 (x only).
 #
@@ -109,6 +111,8 @@ for config in $CONFIGS; do
         [ "${config##*-}" = nobatch ] && args+=(--max-batch-rows "$rows")
         proto=v1
         [ "${config##*-}" = v2 ] && proto=v2
+        script=post_binary.lua
+        [ "${config##*-}" = json ] && script=post_json.lua
         log=$WORK/normd-$config-$op.log
         start_daemon "$log" "${args[@]}"
         echo "== $config $op $dtype $shape (port $daemon_port, ${args[*]})" >&2
@@ -118,9 +122,9 @@ for config in $CONFIGS; do
         code=$(post "$op" "$dtype" "$shape" "$WORK/$op.body" "$out")
         if [ "$code" != 200 ]; then
             spot[$config,$op]="FAIL_HTTP_$code"
-        elif [ "$proto" = v2 ]; then
-            spot[$config,$op]=v1_checked  # the v1 form was checked on this daemon; v2 framing is
-                                          # checked by make test
+        elif [ "$proto" = v2 ] || [ "$script" = post_json.lua ]; then
+            spot[$config,$op]=v1_checked  # the binary form was checked on this daemon; v2
+                                          # framing and JSON answers are checked by make test
         elif [ "$backend" = null ]; then
             spot[$config,$op]=$(python3 "$here/spot_check.py" same "$out" "$WORK/$op.body" | tr ' ' '_')
         else
@@ -129,13 +133,13 @@ for config in $CONFIGS; do
 
         export NORMD_OP=$op NORMD_DTYPE=$dtype NORMD_SHAPE=$shape NORMD_PROTO=$proto
         url=http://127.0.0.1:$daemon_port/
-        wrk -t 2 -c 16 -d 1s -s "$here/post_binary.lua" "$url" >/dev/null # warm-up
+        wrk -t 2 -c 16 -d 1s -s "$here/$script" "$url" >/dev/null # warm-up
         for c in $CONNS; do
             t=$(( c < WRK_THREADS ? c : WRK_THREADS ))
             s0=$(metric normd_batch_rows_sum); n0=$(metric normd_batch_rows_count)
             wlog=$WORK/wrk-$config-$op-$c.log
             wrk -t "$t" -c "$c" -d "${DURATION}s" --timeout 10s --latency \
-                -s "$here/post_binary.lua" "$url" >"$wlog" 2>&1 || true
+                -s "$here/$script" "$url" >"$wlog" 2>&1 || true
             s1=$(metric normd_batch_rows_sum); n1=$(metric normd_batch_rows_count)
             line=$(grep '^RESULT' "$wlog" || echo "RESULT requests=0")
             req=$(field requests "$line"); rps=$(field rps "$line")
