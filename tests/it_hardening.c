@@ -99,6 +99,24 @@ static double rss_mib(pid_t pid)
     return (double)kb / 1024.0;
 }
 
+/* The RSS once the daemon has settled: it gives memory back when idle (the request buffer cache
+ * and malloc_trim, within a few 200 ms ticks), so a reading taken too soon after a burst measures
+ * what is about to be returned. Waits, from SETTLE_S on, until two readings 300 ms apart are
+ * within 0.25 MiB (at most 5 s). */
+static double settled_rss_mib(pid_t pid)
+{
+    sleep_s(SETTLE_S);
+    double r = rss_mib(pid);
+    for (double t0 = now_s(); now_s() - t0 < 5;) {
+        sleep_s(0.3);
+        double r1 = rss_mib(pid);
+        if (fabs(r1 - r) < 0.25)
+            return r1;
+        r = r1;
+    }
+    return r;
+}
+
 static void start(const char *const *extra)
 {
     cr_assert_eq(nd_daemon_start(&daemon_, extra), 0, "normd did not start");
@@ -535,16 +553,14 @@ static void aborts_in(abort_state state)
         abort_wave(state, WAVE, body, &st);
     steady_hold(&st);
     wait_until(quiet, NULL, 60, "the daemon to finish the warm-up");
-    sleep_s(SETTLE_S);
-    double before = rss_mib(daemon_.pid);
+    double before = settled_rss_mib(daemon_.pid);
     steady_go(&st);
     double t0 = now_s();
     for (int done = 0; done < total; done += WAVE)
         abort_wave(state, WAVE, body, &st);
     steady_hold(&st);
     wait_until(quiet, NULL, 60, "the daemon to finish the aborted requests");
-    sleep_s(SETTLE_S);
-    double after = rss_mib(daemon_.pid);
+    double after = settled_rss_mib(daemon_.pid);
     steady_stop_and_check(&st, state_names[state]);
     fprintf(stderr, "aborts while %-9s: %d (after %d warm-up) in %.1f s, daemon RSS %.1f -> "
             "%.1f MiB (%+.1f), steady client served %d times\n", state_names[state], total,
