@@ -126,7 +126,11 @@ check "the image has a HEALTHCHECK" test -s "$work/healthcheck"
 rm -rf "$work/rootfs"
 mkdir -p "$work/rootfs"
 cid=$(podman create --no-healthcheck "$image") # no systemd here for its timer
-podman export "$cid" | tar -x -C "$work/rootfs"
+# -o, not a pipe: podman 4.3 was seen writing nothing to a non-terminal stdout (exit 0)
+podman export -o "$work/rootfs.tar" "$cid"
+[ -s "$work/rootfs.tar" ] || { echo "podman export wrote nothing" >&2; exit 1; }
+tar -x -C "$work/rootfs" -f "$work/rootfs.tar"
+rm -f "$work/rootfs.tar"
 podman rm -f "$cid" >/dev/null
 
 step "serve: the entrypoint under chroot, in a network namespace of its own"
