@@ -81,6 +81,46 @@ nd_status nd_cuda_device_info_get(const nd_cuda_device_info **out, nd_error *err
 nd_status nd_cuda_softmax_axis(const nd_softmax_args *a, int log, cudaStream_t stream,
                                nd_error *err);
 
+/*
+ * What the launchers would otherwise ask the runtime on every launch, asked once (kernels/
+ * device.cu): the occupancy calculator's answer per (kernel, device, threads, cluster size,
+ * dynamic shared memory), and the shared memory limit set on a kernel (csize -1) or its
+ * non-portable cluster size permission (csize -2). A batch's launch paid for these calls on the
+ * thread that waits for it (bench/cuda_api_cost.cu measures each). get: 1 and *value when known.
+ * put: remembers (silently not, once the table is half full: the caller then keeps asking).
+ */
+int nd_cuda_occupancy_get(const void *fn, int dev, int threads, int csize, size_t smem,
+                          int *value);
+void nd_cuda_occupancy_put(const void *fn, int dev, int threads, int csize, size_t smem,
+                           int value);
+
+/* cudaOccupancyMaxActiveBlocksPerMultiprocessor, remembered. */
+template <class Kernel>
+static inline nd_status nd_cuda_blocks_per_sm(Kernel kernel, int dev, int threads, size_t smem,
+                                              int *per_sm, nd_error *err)
+{
+    const void *fn = reinterpret_cast<const void *>(kernel);
+    if (nd_cuda_occupancy_get(fn, dev, threads, 1, smem, per_sm))
+        return ND_OK;
+    ND_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel, threads, smem));
+    nd_cuda_occupancy_put(fn, dev, threads, 1, smem, *per_sm);
+    return ND_OK;
+}
+
+/* Lets kernel use smem bytes of dynamic shared memory (the limit is only ever raised). */
+template <class Kernel>
+static inline nd_status nd_cuda_allow_smem(Kernel kernel, int dev, size_t smem, nd_error *err)
+{
+    const void *fn = reinterpret_cast<const void *>(kernel);
+    int have = 0;
+    if (nd_cuda_occupancy_get(fn, dev, 0, -1, 0, &have) && (size_t)have >= smem)
+        return ND_OK;
+    ND_CUDA_TRY(err, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)smem));
+    nd_cuda_occupancy_put(fn, dev, 0, -1, 0, (int)smem);
+    return ND_OK;
+}
+
 /* Blocks to launch for a grid-stride kernel: enough to fill every SM at the occupancy the
  * kernel reaches with this block size and shared memory, capped at `work` blocks. */
 template <class Kernel>
@@ -88,7 +128,9 @@ static inline nd_status nd_cuda_grid_size(Kernel kernel, int threads, size_t sme
                                           const nd_cuda_device_info *di, int *grid, nd_error *err)
 {
     int per_sm = 0;
-    ND_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    nd_status st = nd_cuda_blocks_per_sm(kernel, di->device, threads, smem, &per_sm, err);
+    if (st != ND_OK)
+        return st;
     if (per_sm < 1)
         return nd_error_set(err, ND_EDEVICE, "kernel cannot run with %d threads and %zu bytes of "
                             "shared memory per block", threads, smem);

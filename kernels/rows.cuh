@@ -680,15 +680,20 @@ static nd_status nd_rows_launch(void (*kernel)(KArgs...), int threads, int csize
     cudaLaunchAttribute attr[1];
     cfg.blockDim = dim3(threads);
     cfg.dynamicSmemBytes = smem;
-    if (smem > 0) /* static shared memory counts towards the same 48 KB default limit */
-        ND_CUDA_TRY(err, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              (int)smem));
+    nd_status st;
+    if (smem > 0 && /* static shared memory counts towards the same 48 KB default limit */
+        (st = nd_cuda_allow_smem(kernel, di->device, smem, err)) != ND_OK)
+        return st;
     cfg.stream = s;
     int64_t units; /* clusters (or blocks) resident at once */
     if (csize > 1) {
-        if (csize > 8)
+        const void *fn = reinterpret_cast<const void *>(kernel);
+        int allowed = 0;
+        if (csize > 8 && !nd_cuda_occupancy_get(fn, di->device, 0, -2, 0, &allowed)) {
             ND_CUDA_TRY(err, cudaFuncSetAttribute(kernel,
                                                   cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+            nd_cuda_occupancy_put(fn, di->device, 0, -2, 0, 1);
+        }
         attr[0].id = cudaLaunchAttributeClusterDimension;
         attr[0].val.clusterDim.x = csize;
         attr[0].val.clusterDim.y = 1;
@@ -697,14 +702,18 @@ static nd_status nd_rows_launch(void (*kernel)(KArgs...), int threads, int csize
         cfg.numAttrs = 1;
         cfg.gridDim = dim3(csize);
         int nclusters = 0;
-        ND_CUDA_TRY(err, cudaOccupancyMaxActiveClusters(&nclusters, kernel, &cfg));
+        if (!nd_cuda_occupancy_get(fn, di->device, threads, csize, smem, &nclusters)) {
+            ND_CUDA_TRY(err, cudaOccupancyMaxActiveClusters(&nclusters, kernel, &cfg));
+            nd_cuda_occupancy_put(fn, di->device, threads, csize, smem, nclusters);
+        }
         if (nclusters < 1)
             return nd_error_set(err, ND_EUNSUPPORTED, "%s: a cluster of %d blocks of %d threads "
                                 "does not fit on this device", name, csize, threads);
         units = nclusters;
     } else {
         int per_sm = 0;
-        ND_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+        if ((st = nd_cuda_blocks_per_sm(kernel, di->device, threads, smem, &per_sm, err)) != ND_OK)
+            return st;
         if (per_sm < 1)
             return nd_error_set(err, ND_EDEVICE, "%s: cannot run %d threads per block", name,
                                 threads);

@@ -321,7 +321,9 @@ static nd_status nd_rows_split_try(const nd_rows_args<T> &a, const typename Op::
         return ND_OK;
     auto kernel = nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS>;
     int per_sm = 0;
-    ND_CUDA_TRY(err, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, 0));
+    nd_status st = nd_cuda_blocks_per_sm(kernel, di->device, THREADS, 0, &per_sm, err);
+    if (st != ND_OK)
+        return st;
     if (chunks * ND_ROWS_SPLIT_SHARE > (int64_t)per_sm * di->sm_count)
         return ND_OK; /* see the deadlock argument at the kernel */
 
