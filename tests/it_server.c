@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "../kernels/nd_dtype.h"
+#include "../proto/request.h" /* nd_store_f64: the parsers' rounding */
 #include "util/nd_http.h"
 #include "util/nd_testutil.h"
 
@@ -182,8 +183,9 @@ static char *case_json(const op_case *c, int want_stats)
     return b.p;
 }
 
-/* Reads a JSON array of numbers into a stored-dtype buffer (JSON numbers round-trip the dtype). */
-static void json_to_dtype(const json_t *arr, nd_dtype dt, void *out, int64_t n, const char *what)
+/* A JSON array of n numbers read as dt, each strtod's value rounded once (what a client's reader
+ * and the parsers' nd_store_f64 do), into out. */
+static void json_as_dtype(const json_t *arr, nd_dtype dt, void *out, int64_t n, const char *what)
 {
     cr_assert(json_is_array(arr), "%s is not an array", what);
     cr_assert_eq((int64_t)json_array_size(arr), n, "%s has %zu values, expected %lld", what,
@@ -191,7 +193,8 @@ static void json_to_dtype(const json_t *arr, nd_dtype dt, void *out, int64_t n, 
     for (int64_t i = 0; i < n; i++) {
         const json_t *v = json_array_get(arr, (size_t)i);
         cr_assert(json_is_number(v), "%s[%lld] is not a number", what, (long long)i);
-        nd_store(dt, out, i, (float)json_number_value(v));
+        cr_assert_eq(nd_store_f64(dt, out, i, json_number_value(v)), 0, "%s[%lld] = %g",
+                     what, (long long)i, json_number_value(v));
     }
 }
 
@@ -208,18 +211,18 @@ static void check_json_answer(const op_case *c, const nd_resp *r, int want_stats
     for (int i = 0; i < c->ndim; i++)
         cr_assert_eq(json_integer_value(json_array_get(shape, (size_t)i)), c->shape[i]);
     void *y = xalloc((size_t)c->n * nd_dtype_size(c->dt));
-    json_to_dtype(json_object_get(root, "data"), c->dt, y, c->n, "data");
+    json_as_dtype(json_object_get(root, "data"), c->dt, y, c->n, "data");
     char msg[256];
     int64_t bad = nd_compare(c->dt, y, c->ref, c->n, "y", msg, sizeof msg);
     cr_assert_eq(bad, 0, "%s %s json: %lld mismatches: %s", nd_op_name(c->op),
                  nd_dtype_name(c->dt), (long long)bad, msg);
     if (want_stats) {
         float *s = xalloc((size_t)c->outer * sizeof(float));
-        json_to_dtype(json_object_get(root, "rstd"), ND_FLOAT32, s, c->outer, "rstd");
+        json_as_dtype(json_object_get(root, "rstd"), ND_FLOAT32, s, c->outer, "rstd");
         bad = nd_compare_f32(s, c->rstd, c->outer, "rstd", msg, sizeof msg);
         cr_assert_eq(bad, 0, "%s", msg);
         if (c->op == ND_OP_LAYERNORM) {
-            json_to_dtype(json_object_get(root, "mean"), ND_FLOAT32, s, c->outer, "mean");
+            json_as_dtype(json_object_get(root, "mean"), ND_FLOAT32, s, c->outer, "mean");
             bad = nd_compare_f32(s, c->mean, c->outer, "mean", msg, sizeof msg);
             cr_assert_eq(bad, 0, "%s", msg);
         }
@@ -1080,23 +1083,6 @@ Test(configured, version_flag_prints_the_version)
 }
 
 /* ---- JSON answers hold the binary answers' values ---- */
-
-/* The parsers' own rounding (nd_store_f64), to read a JSON answer's numbers as the dtype. */
-#include "../proto/request.h"
-
-/* A JSON array of n numbers read as dt, each strtod's value rounded once (what a client's reader
- * and nd_store_f64 do), into out. */
-static void json_as_dtype(const json_t *arr, nd_dtype dt, void *out, int64_t n, const char *what)
-{
-    cr_assert(json_is_array(arr), "%s is not an array", what);
-    cr_assert_eq((int64_t)json_array_size(arr), n, "%s has %zu values, expected %lld", what,
-                 json_array_size(arr), (long long)n);
-    for (int64_t i = 0; i < n; i++) {
-        const json_t *v = json_array_get(arr, (size_t)i);
-        cr_assert(json_is_number(v), "%s[%lld] is not a number", what, (long long)i);
-        cr_assert_eq(nd_store_f64(dt, out, i, json_number_value(v)), 0);
-    }
-}
 
 /* Bit for bit: what a JSON answer says and what the binary answer holds. */
 static void expect_same_bits(const void *json_vals, const void *bin, int64_t n, nd_dtype dt,
