@@ -127,11 +127,6 @@ void nd_bigbuf_free(void *p)
         unmap(m);
 }
 
-void nd_bigbuf_free_cb(void *p)
-{
-    nd_bigbuf_free(p);
-}
-
 void *nd_bigbuf_realloc(void *p, size_t n)
 {
     if (!p)

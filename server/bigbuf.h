@@ -27,11 +27,9 @@ void *nd_bigbuf_alloc(size_t n);
 /* realloc's contract, for buffers from nd_bigbuf_alloc (p may be NULL). */
 void *nd_bigbuf_realloc(void *p, size_t n);
 
-/* Frees a buffer from nd_bigbuf_alloc/realloc (NULL is fine): into the cache while it has room. */
+/* Frees a buffer from nd_bigbuf_alloc/realloc (NULL is fine): into the cache while it has room.
+ * Its type is libmicrohttpd's free callback's, so a response can hand its buffer back here. */
 void nd_bigbuf_free(void *p);
-
-/* The same, as a libmicrohttpd free callback (MHD_create_response_from_buffer_with_free_callback). */
-void nd_bigbuf_free_cb(void *p);
 
 /* Gives every cached buffer back to the system. */
 void nd_bigbuf_trim(void);

@@ -98,7 +98,7 @@ struct MHD_Response *nd_conn_response(conn *c, const char *type, void *data, siz
     }
     struct MHD_Response *r =
         must_free == ND_DATA_BIGBUF
-            ? MHD_create_response_from_buffer_with_free_callback(len, data, nd_bigbuf_free_cb)
+            ? MHD_create_response_from_buffer_with_free_callback(len, data, nd_bigbuf_free)
             : MHD_create_response_from_buffer(len, data, must_free ? MHD_RESPMEM_MUST_FREE
                                                                    : MHD_RESPMEM_PERSISTENT);
     if (!r) {

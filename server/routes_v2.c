@@ -148,7 +148,7 @@ enum MHD_Result nd_v2_send_result(conn *c)
     if (j->y && out == (char *)j->y - json_len) { /* y's buffer is the answer now */
         void *base = (char *)j->y - j->y_room;
         j->y = NULL;
-        resp = MHD_create_response_from_buffer_with_free_callback_cls(len, out, nd_bigbuf_free_cb,
+        resp = MHD_create_response_from_buffer_with_free_callback_cls(len, out, nd_bigbuf_free,
                                                                       base);
         if (!resp) {
             nd_bigbuf_free(base);
