@@ -25,10 +25,9 @@
  * --max-inflight-bytes admits. A fixed threshold (which also turns the raising off) mmaps every
  * block from 128 KiB up and unmaps it when freed: the RSS follows what requests hold
  * (it_hardening: 24 clients with 4 MiB bodies under a 64 MiB budget peaked 59-65 MiB over the
- * idle RSS in five runs, against 129-175 MiB with the raising threshold). The price is page
- * faults on every large buffer: on the CPU backend (2 cores, wrk), 1 MiB and 4 MiB layernorms
- * ran at about half the requests/s they reach with the raising threshold; requests under
- * 128 KiB (bench/service's) are not affected.
+ * idle RSS in five runs, against 129-175 MiB with the raising threshold). The price, page
+ * faults on every large buffer, is paid back for the request buffers (bodies, answers, host
+ * staging) by their own bounded cache of mappings (bigbuf.h), emptied at idle below.
  */
 #define MMAP_THRESHOLD (128 * 1024)
 
