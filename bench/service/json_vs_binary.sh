@@ -7,14 +7,13 @@
 # Only 127.0.0.1 is contacted.
 set -euo pipefail
 NORMD=${NORMD:-build/normd}; ROUNDS=${ROUNDS:-3}; DUR=${DUR:-10}; QUIET_WAIT=${QUIET_WAIT:-0}
+NORMD_BIN=$NORMD
+source "$(dirname "$0")/lib.sh"
+trap stop_daemon EXIT
 log=$(mktemp)
-$NORMD --backend cpu --listen 127.0.0.1:0 >$log 2>&1 &
-pid=$!
-trap 'kill -TERM $pid; wait $pid' EXIT
-for _ in $(seq 100); do
-  port=$(sed -n 's/^normd.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' $log); [ -n "$port" ] && break; sleep 0.1
-done
-url=http://127.0.0.1:$port
+start_daemon "$log" --backend cpu || exit 1
+pid=$daemon_pid
+url=http://127.0.0.1:$daemon_port
 tck=$(getconf CLK_TCK)
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
 mine() { awk '{print $14+$15}' /proc/$pid/stat; }

@@ -108,22 +108,9 @@ function wrk.resolve(host, service)
 end
 LUA
 
-daemon_pid=
-stop_daemon() {
-    [ -n "$daemon_pid" ] || return 0
-    kill -TERM "$daemon_pid" 2>/dev/null || true
-    local rc=0
-    wait "$daemon_pid" || rc=$?
-    daemon_pid=
-    [ $rc -eq 0 ] || echo "latency.sh: normd exited with status $rc" >&2
-    return 0
-}
+source "$here/lib.sh" # stop_daemon, field
 trap stop_daemon EXIT
 trap 'stop_daemon; exit 130' INT TERM
-
-field() { # field NAME LINE: the value of NAME=... in a RESULT line
-    sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" <<<"$2"
-}
 seconds_since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
 
 echo "config,backend,transport,op,dtype,shape,connections,repeat,duration_s,requests,rps,p50_us,p90_us,p99_us,p999_us,max_us,non2xx,socket_errors,since_ready_s,ready_s,device" >"$CSV"

@@ -46,43 +46,11 @@ done
 device=$( (nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || true) | head -1)
 device=${device:-none}
 
-daemon_pid=
-daemon_port=
-stop_daemon() {
-    [ -n "$daemon_pid" ] || return 0
-    kill -TERM "$daemon_pid" 2>/dev/null || true
-    local rc=0
-    wait "$daemon_pid" || rc=$?
-    daemon_pid=
-    [ $rc -eq 0 ] || echo "run.sh: normd exited with status $rc" >&2
-    return 0
-}
+source "$here/lib.sh"
 trap stop_daemon EXIT
-
-# start_daemon LOG ARGS...: starts normd on a free loopback port and sets daemon_port.
-start_daemon() {
-    local log=$1
-    shift
-    "$NORMD_BIN" --listen 127.0.0.1:0 $NORMD_EXTRA "$@" >"$log" 2>&1 &
-    daemon_pid=$!
-    for _ in $(seq 300); do
-        daemon_port=$(sed -n 's/^normd.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log")
-        [ -n "$daemon_port" ] && return 0
-        kill -0 "$daemon_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    echo "run.sh: normd $* did not start:" >&2
-    cat "$log" >&2
-    daemon_pid=
-    return 1
-}
 
 metric() { # metric NAME: one unlabelled series from /metrics
     curl -sf "http://127.0.0.1:$daemon_port/metrics" | awk -v n="$1" '$1 == n { print $2 }'
-}
-
-field() { # field NAME LINE: the value of NAME=... in a RESULT line
-    sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" <<<"$2"
 }
 
 # post OP DTYPE SHAPE BODY OUT: one binary request; prints the HTTP status
@@ -114,7 +82,7 @@ for config in $CONFIGS; do
         script=post_binary.lua
         [ "${config##*-}" = json ] && script=post_json.lua
         log=$WORK/normd-$config-$op.log
-        start_daemon "$log" "${args[@]}"
+        start_daemon "$log" $NORMD_EXTRA "${args[@]}"
         echo "== $config $op $dtype $shape (port $daemon_port, ${args[*]})" >&2
 
         # spot check first, on a fresh daemon
@@ -165,7 +133,7 @@ done
 if grep -q pending <<<"${spot[*]}"; then
     for wl in $WORKLOADS; do
         IFS=: read -r op dtype shape <<<"$wl"
-        start_daemon "$WORK/normd-cpu-ref-$op.log" --backend cpu
+        start_daemon "$WORK/normd-cpu-ref-$op.log" $NORMD_EXTRA --backend cpu
         code=$(post "$op" "$dtype" "$shape" "$WORK/$op.body" "$WORK/ref-$op.bin")
         stop_daemon
         for config in $CONFIGS; do

@@ -9,16 +9,17 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 NORMD_BIN=${NORMD_BIN:-build/normd}
 export NORMD_OP=${OP:-layernorm} NORMD_DTYPE=${DTYPE:-float16} NORMD_PROTO=v1
-port=18500
+source "$here/lib.sh"
+trap stop_daemon EXIT
+log=$(mktemp)
 one() { # name devices connections
-    "$NORMD_BIN" --listen 127.0.0.1:$port --backend cuda --devices "$2" >/dev/null 2>&1 &
-    local pid=$!
-    for _ in $(seq 200); do curl -sf http://127.0.0.1:$port/healthz >/dev/null && break; sleep 0.05; done
+    start_daemon "$log" --backend cuda --devices "$2" || exit 1
     local r
     r=$(wrk -t 8 -c "$3" -d "${DURATION:-8}s" --timeout 10s -s "$here/post_binary.lua" \
-        http://127.0.0.1:$port/ | grep '^RESULT')
-    echo "$1 shape=$NORMD_SHAPE c=$3 $(sed -n 's/.*\(rps=[^ ]*\) \(p50_us=[^ ]*\) p90_us=[^ ]* \(p99_us=[^ ]*\) \(max_us=[^ ]*\).*\(non2xx=[^ ]*\).*/\1 \2 \3 \4 \5/p' <<<"$r")"
-    kill -TERM $pid; wait $pid
+        "http://127.0.0.1:$daemon_port/" | grep '^RESULT')
+    echo "$1 shape=$NORMD_SHAPE c=$3 rps=$(field rps "$r") p50_us=$(field p50_us "$r")" \
+         "p99_us=$(field p99_us "$r") max_us=$(field max_us "$r") non2xx=$(field non2xx "$r")"
+    stop_daemon
 }
 for shape in ${SHAPES:-64,4096 8,4096}; do
     export NORMD_SHAPE=$shape

@@ -18,23 +18,15 @@ WRK_THREADS=${WRK_THREADS:-8}
 CSV=${CSV:-bench/results/v2_vs_v1.csv}
 export NORMD_OP=${OP:-layernorm} NORMD_DTYPE=${DTYPE:-float16} NORMD_SHAPE=${SHAPE:-8,4096}
 mkdir -p "$(dirname "$CSV")"
+source "$here/lib.sh"
+trap stop_daemon EXIT
 log=$(mktemp)
-"$NORMD_BIN" --listen 127.0.0.1:0 --backend "$BACKEND" ${NORMD_EXTRA:-} >"$log" 2>&1 &
-pid=$!
-trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
-port=
-for _ in $(seq 300); do
-    port=$(sed -n 's/^normd.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log")
-    [ -n "$port" ] && break
-    sleep 0.05
-done
-[ -n "$port" ] || { cat "$log" >&2; exit 1; }
-url=http://127.0.0.1:$port/
+start_daemon "$log" --backend "$BACKEND" ${NORMD_EXTRA:-} || exit 1
+url=http://127.0.0.1:$daemon_port/
 NORMD_PROTO=v1 wrk -t 2 -c 16 -d 2s -s "$here/post_binary.lua" "$url" >/dev/null # warm-up
 NORMD_PROTO=v2 wrk -t 2 -c 16 -d 2s -s "$here/post_binary.lua" "$url" >/dev/null
 
 echo "proto,connections,rep,rps,p50_us,p90_us,p99_us,max_us,non2xx,socket_errors" >"$CSV"
-field() { sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 for c in $CONNS; do
     t=$(( c < WRK_THREADS ? c : WRK_THREADS ))
     for r in $(seq "$REPS"); do
