@@ -670,6 +670,7 @@ static void *ka_main(void *arg)
     memcpy(req, head, (size_t)hl);
     int fd = -1;
     while (now_s() < k->t_end) {
+        int fresh = fd < 0;
         if (fd < 0 && (fd = tcp_open(daemon_.port, 0)) < 0) {
             k->refused++;
             break;
@@ -682,10 +683,13 @@ static void *ka_main(void *arg)
         }
         k->sent++;
         raw_answer a;
+        errno = 0;
         if (read_answer(fd, &a, 20, 0) < 0) {
             if (k->unanswered++ == 0)
-                snprintf(k->why, sizeof k->why, "a request sent %.3f s %s SIGTERM got no answer",
-                         fabs(t_send - *k->t_term), t_send < *k->t_term ? "before" : "after");
+                snprintf(k->why, sizeof k->why, "a request sent %.3f s %s SIGTERM on a %s "
+                         "connection got no answer (%s)", fabs(t_send - *k->t_term),
+                         t_send < *k->t_term ? "before" : "after", fresh ? "new" : "kept-alive",
+                         errno ? strerror(errno) : "closed");
             raw_answer_free(&a);
             close(fd);
             fd = -1;
