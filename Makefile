@@ -86,7 +86,7 @@ GPU_BIN  := $(GPU_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_UTIL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/util/*.c))
 
 .PHONY: all deps run test unit-test integration-test py-test test-gpu bench-cpu bench-gpu bench-service \
-        fuzz clean gpu-check
+        fuzz clean gpu-check rows-sweep
 
 all: $(BUILD)/normd
 	@if [ "$(CUDA)" = 0 ]; then echo "note: CUDA=0: built the CPU backend only"; \
@@ -144,7 +144,7 @@ $(BUILD)/normd: $(BUILD)/libndkernels.a $(BUILD)/server/main.o $(LIBS_ALL)
 
 $(BUILD)/tests/%: tests/%.c $(TEST_UTIL_OBJ) $(LIBS_ALL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests $^ -o $@ $(CRIT_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(JSON_LIBS) $(ZLIB_LIBS) $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests $(filter %.c %.o %.a,$^) -o $@ $(CRIT_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(JSON_LIBS) $(ZLIB_LIBS) $(CUDA_LIBS) $(LDLIBS)
 
 # deps before the build (the build needs the headers it installs), hence the second make
 # make run builds what this machine can run: on a machine with no NVIDIA device (no /dev/nvidia0,
@@ -199,7 +199,7 @@ bench-cpu: $(BUILD)/bench/bench_cpu
 
 $(BUILD)/bench/%: bench/%.c $(LIBS_ALL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(filter %.c %.o %.a,$^) -o $@ $(CUDA_LIBS) $(LDLIBS)
 
 clean:
 	rm -rf $(BUILD)
@@ -322,7 +322,8 @@ BENCH_ARGS ?=
 ifneq ($(strip $(NVCC)),)
 $(CU_OBJ): $(wildcard kernels/*.cuh kernels/*.h)
 endif
-$(BUILD)/bench/%: bench/%.cu $(BUILD)/libndkernels.a
+$(BUILD)/bench/%: bench/%.cu bench/gpu_timing.cuh $(wildcard kernels/*.cuh kernels/*.h) \
+                  $(BUILD)/libndkernels.a
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $< $(BUILD)/libndkernels.a -o $@ -lpthread -lm
 
@@ -334,6 +335,11 @@ bench-gpu: $(BUILD)/bench/bench_gpu
 
 gpu-check: $(BUILD)/bench/bench_gpu $(GPU_BIN)
 	bench/gpu_check.sh
+
+# make rows-sweep: bench/rows_sweep.cu, the warp kernel's geometries for short float16 rows timed
+# against the copy ceiling and the shipped dispatch (ROWS_SWEEP_ARGS, e.g. --op layernorm).
+rows-sweep: $(BUILD)/bench/rows_sweep
+	./$(BUILD)/bench/rows_sweep $(ROWS_SWEEP_ARGS)
 
 # ---- service benchmark ----
 # make bench-service: bench/service/run.sh starts $(BUILD)/normd (cuda with batching, cuda with
@@ -382,7 +388,7 @@ soak: soak-deps $(BUILD)/normd
 .PHONY: bench-json test-f32-exhaustive
 $(BUILD)/bench/bench_json: bench/bench_json.c $(BUILD)/libndproto.a $(BUILD)/libndkernels.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(JSON_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(filter %.c %.o %.a,$^) -o $@ $(JSON_LIBS) $(LDLIBS)
 bench-json: $(BUILD)/bench/bench_json
 	$(BUILD)/bench/bench_json --csv $(BUILD)/bench_json.csv
 test-f32-exhaustive: $(BUILD)/tests/test_json_num
