@@ -1,65 +1,8 @@
 /*
- * rmsnorm.cu - RMSNorm over the last axis (CUDA backend): the op below run by the row engine
- * (rows.cuh) with the policy and launcher of norm.cuh, where the technique is described. One
- * all-reduce per row, of sum(x^2).
+ * rmsnorm.cu - the CUDA backend's RMSNorm entry point: the op of rmsnorm.cuh (where its
+ * statistics are described) run by the row engine with the launcher of norm.cuh.
  */
-#include "norm.cuh"
-
-/* ---------------------------------------------------------------------------------------------
- * Op
- * ------------------------------------------------------------------------------------------- */
-
-struct nd_rmsnorm_op {
-    static constexpr float kPad = 0.0f;
-    static constexpr int kParams = 1;
-    typedef nd_norm_params Params;
-    struct State {
-        float rstd;
-    };
-
-    template <int R, int N, class V, class Ctx>
-    static __device__ __forceinline__ void stats(V (&v)[R], State (&st)[R], const Ctx &ctx,
-                                                 const Params &p)
-    {
-        float q[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            q[r] = 0.0f;
-#pragma unroll
-            for (int e = 0; e < N; e++)
-                q[r] = fmaf(v[r].get(e), v[r].get(e), q[r]);
-        }
-        ctx.template allreduce<R>(q, nd_op_sum());
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            st[r].rstd = 1.0f / sqrtf(q[r] / ctx.n + p.eps);
-    }
-
-    template <class Ctx>
-    static __device__ __forceinline__ void stream_stats(State &st, const Ctx &ctx, const Params &p)
-    {
-        float q[1] = {0.0f};
-        ctx.for_each([&](float x) { q[0] = fmaf(x, x, q[0]); });
-        ctx.template allreduce<1>(q, nd_op_sum());
-        st.rstd = 1.0f / sqrtf(q[0] / ctx.n + p.eps);
-    }
-
-    static __device__ __forceinline__ float out(const State &st, const Params &, float x, float g,
-                                                float)
-    {
-        return x * st.rstd * g;
-    }
-    static __device__ __forceinline__ float out_stream(const State &st, const Params &p, float x,
-                                                       float g, float b)
-    {
-        return out(st, p, x, g, b);
-    }
-    static __device__ __forceinline__ void write_stats(const State &st, int64_t row, const Params &p)
-    {
-        if (p.rstd)
-            p.rstd[row] = st.rstd;
-    }
-};
+#include "rmsnorm.cuh"
 
 /* ---------------------------------------------------------------------------------------------
  * Launcher

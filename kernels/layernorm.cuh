@@ -1,0 +1,289 @@
+/*
+ * layernorm.cuh - LayerNorm over the last axis (CUDA backend): the op below run by the row
+ * engine (rows.cuh) with the policy and launcher of norm.cuh, where the technique is described.
+ * Departures in its statistics:
+ *   - Statistics are not Welford. With the row on chip, a shifted form is as cheap and more
+ *     accurate: d = x - shift, c = sum(d)/n, var = sum(d^2)/n - c^2, mean = shift + c,
+ *     y = (x - mean) * rstd * gamma + beta. The register kernels take shift = the row's first
+ *     element (the warp kernel shuffles it from lane 0, the block and cluster kernels load it):
+ *     one all-reduce per row, like RMSNorm (H200, warp kernel: +5-15 points of the copy ceiling
+ *     at 32..2048 columns, 2-4 points lost at 512 float32). float32 rows in the block kernel at
+ *     32 elements a thread and in the stream kernel take shift = sum(x)/n from a first
+ *     all-reduce. d stays exact for a row of mean 1e4 and std 1, where float32 cannot hold the
+ *     mean to better than 5e-4; var gives up about log10(1 + (shift - mean)^2 / var) digits, at
+ *     most log10(n), which only a row whose first element is an extreme outlier approaches.
+ *   - The mean is exact to far better than one float32 holds. An error in it is an offset that
+ *     every output of the row shares, and outputs near zero (x near the mean) show it as many
+ *     ulp: issue 13, a bfloat16 row of 1,000,003 columns off by up to 15 ulp there, with a mean
+ *     signed error ~30 standard errors from zero. bench/norm_numerics.c emulates the kernels on
+ *     the CPU: the per-thread sums of d, each about N |c| (c ~ the row's std), were combined in
+ *     float across threads, blocks and chunks, rounding at every level, and c = sum(d)/n was
+ *     kept in one float: the mean off by 0.3-2.6 x 2^-24 std on rows of 1M columns, outputs
+ *     near zero by up to 19 ulp. Now (nd_layernorm_op::row_sums, finish):
+ *       per thread, float sums as before (three instructions an element); 16-bit rows sum x
+ *       itself for the mean, not x - shift (nd_norm_raw: a shift's low bits, rounded the same way
+ *       on every addition, were a bias of their own: the two-round stream kernel, shifted by a
+ *       float mean, was off by up to 59 ulp); float32 rows keep x - shift;
+ *       across threads, the sum for the mean in double (nd_op_norm_sums: one more shuffle per
+ *       level and a DADD, per row, not per element);
+ *       the mean kept as two floats m_hi + m_lo, y = fma(fma(x - m_hi, rstd, -m_lo * rstd),
+ *       gamma, beta): three instructions a column, as before.
+ *     Emulated: the mean within 0.02 x 2^-24 std on 16-bit rows (float32: 0.1-0.3), every
+ *     bfloat16 output within 1 ulp of the float64 result. H200 (gpu_rows norm_ulp, widths 1 ..
+ *     2,500,001): every 16-bit output without gamma/beta within 1 ulp, signed errors averaging
+ *     within 2.1 standard errors of zero; the kernels before failed 22 of those cases (up to 27
+ *     ulp; a width-3 output that is exactly 0 came out as -1.9e-8). Speed, same run against the
+ *     kernels before (bench_gpu rows suite, 48 LayerNorm shapes, 3 runs each): -0.14 points of
+ *     the copy ceiling on average, -3.6 (16-bit rows of 16384-65536 columns: blocks of 8 packs a
+ *     thread at the 64-register cap, a few more bytes spilled, and a longer reduction) to +5.8
+ *     (16-bit 768-1536 columns, where min_blocks below now gives the warp kernel a block more
+ *     per SM than before). 16-bit rows in the stream kernel take one pass for their statistics
+ *     instead of two.
+ */
+#ifndef ND_LAYERNORM_CUH
+#define ND_LAYERNORM_CUH
+#include "norm.cuh"
+
+/* 1: LayerNorm in the register kernels makes one all-reduce of (sum d, sum d^2) with
+ * d = x - x[0], x[0] the row's first element (ctx.first); 0: the two rounds below (mean, then
+ * the shifted sums) on every path. */
+#ifndef ND_NORM_ONE_ROUND
+#define ND_NORM_ONE_ROUND 1
+#endif
+#ifndef ND_NORM_ONE_ROUND_BLOCK /* 1: the plain block kernel too (x[0] loaded) */
+#define ND_NORM_ONE_ROUND_BLOCK 1
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Op
+ * ------------------------------------------------------------------------------------------- */
+
+/* The partial sums of a LayerNorm row, per row r of K / 3: the sum of d = x - shift as a double
+ * (its high and low words in a[3r], a[3r + 1]) and the sum of d^2 as a float (a[3r + 2]). Each
+ * thread's own sums are float (exact or nearly: see nd_layernorm_op); only their combination
+ * across threads is in double, so it costs one more shuffle per level and a DADD for an FADD,
+ * per row, not per element. */
+struct nd_op_norm_sums {
+    static constexpr bool kCommutative = true; /* DADD and FADD: a + b is b + a, bit for bit */
+    static __device__ __forceinline__ double get(const float *a)
+    {
+        return __hiloint2double(__float_as_int(a[0]), __float_as_int(a[1]));
+    }
+    static __device__ __forceinline__ void put(float *a, double v)
+    {
+        a[0] = __int_as_float(__double2hiint(v));
+        a[1] = __int_as_float(__double2loint(v));
+    }
+    template <int K> __device__ __forceinline__ void operator()(float (&a)[K], const float (&b)[K]) const
+    {
+        static_assert(K % 3 == 0, "LayerNorm sums come in (sum d: 2 words, sum d^2) threes");
+#pragma unroll
+        for (int i = 0; i < K; i += 3) {
+            put(&a[i], get(&a[i]) + get(&b[i]));
+            a[i + 2] += b[i + 2];
+        }
+    }
+};
+
+/* Whether a LayerNorm row of this element size sums x itself for its mean (16-bit) rather than
+ * x - shift (float32). A float sum of 16-bit values rounds only low bits of the values
+ * themselves, which vary from element to element: noise, tiny, no bias (and values of one
+ * magnitude, as a row of mean 1e4, sum exactly: 8 or 11 significant bits leave 13-16 bits of
+ * room). A shift, whatever it is, has low bits of its own below the partial sums' ulp unless it
+ * is a coarse number, and x - shift carries them into every element: the same rounding on every
+ * addition, a bias in the mean (the two-round form's float mean as shift did that: up to 59
+ * bfloat16 ulp near zero at 2.5M columns, bench/norm_numerics.c). A float32 x has all 24 bits:
+ * its own sum would round at ~2^-24 of |mean| per element, far too much for a row of mean 1e4
+ * and std 1, so float32 keeps x - shift (exact near the shift, Sterbenz): its remaining mean
+ * error, ~0.1-0.3 x 2^-24 std, is far inside float32's tolerance. */
+template <int ELEM_BYTES> struct nd_norm_raw : std::integral_constant<bool, ELEM_BYTES == 2> {};
+
+struct nd_layernorm_op {
+    static constexpr float kPad = 0.0f;
+    static constexpr int kParams = 2;
+    typedef nd_norm_params Params;
+    /* Launch bounds (nd_rows_min_blocks): the statistics below hold more across the all-reduce
+     * and finish than the float form did, and at the default caps nvcc took up to 8 registers
+     * more, a block per SM fewer for 16-bit rows of 4 packs a lane (256..1024 columns: 72 -> 80,
+     * 7 -> 6 blocks) and 128-thread blocks of 3 packs (56 -> 59..64, 9 -> 8), measured at 4 to 6
+     * points of the copy ceiling (H200). At 7 warp-kernel blocks (72 registers) every warp
+     * kernel but 16-bit lanes of 7 or 8 packs, and at 9 blocks (56) those block kernels, fit
+     * without spilling (nvcc 13, -Xptxas -v). */
+    static constexpr int min_blocks(int kind, int elem_bytes, int packs, int threads)
+    {
+        return kind == ND_CTX_WARP ? (elem_bytes == 2 && packs >= 7 ? 0 : 7)
+                                   : (threads == 128 && packs <= 3 ? 9 : 0);
+    }
+    /* the row mean is m_hi + m_lo (two floats); y = (x - m_hi - m_lo) * rstd * gamma + beta */
+    struct State {
+        float m_hi, m_lo, rstd, nlo; /* nlo = -m_lo * rstd */
+    };
+
+    /* From a row's sums S = sum(x - sshift) (double) and q = sum((x - vshift)^2), n columns (nd:
+     * the same, exact; inv_n = 1/n): c = S / n as c_hi + c_lo, the mean sshift + c as m_hi + m_lo
+     * (TwoSum), var = q / n - (mean - vshift)^2. c_hi needs no exact rounding: c_lo comes from
+     * the exact remainder S - c_hi * n (one double fma), so a multiplication by 1/n does (and
+     * saves the two divisions the old form made per row). The output formula then subtracts the
+     * mean to ~2^-46 of |c| instead of the 2^-25 |c| one float holds, an offset every output of
+     * the row would share. */
+    static __device__ __forceinline__ void finish(State &st, float sshift, double S, float vshift,
+                                                  float q, float inv_n, double nd, float eps)
+    {
+        const float c_hi = __double2float_rn(S) * inv_n;
+        const float c_lo = __double2float_rn(fma(-(double)c_hi, nd, S)) * inv_n;
+        const float m_hi = sshift + c_hi, t = m_hi - sshift;
+        st.m_hi = m_hi;
+        st.m_lo = ((sshift - (m_hi - t)) + (c_hi - t)) + c_lo;
+        const float cv = (m_hi - vshift) + st.m_lo;
+        const float var = fmaxf(q * inv_n - cv * cv, 0.0f);
+        st.rstd = 1.0f / sqrtf(var + eps);
+        st.nlo = -st.m_lo * st.rstd;
+    }
+
+    template <int R, int N, class V, class Ctx>
+    static __device__ __forceinline__ void stats(V (&v)[R], State (&st)[R], const Ctx &ctx,
+                                                 const Params &p)
+    {
+        /* H200, same run: one round gained 2-5 points for 16-bit rows in the block kernel and
+         * 10-15 across clusters, but lost 1.3-3 points for float32 rows of 32 elements per thread
+         * in a plain block (4096-16384 columns), which keep two rounds. */
+        constexpr int kind = nd_ctx_kind<Ctx>::value;
+        constexpr bool two = !ND_NORM_ONE_ROUND ||
+                             (kind == ND_CTX_BLOCK && (!ND_NORM_ONE_ROUND_BLOCK ||
+                                                       (V::kElemBytes == 4 && N >= 32)));
+        if constexpr (!two)
+            stats_one_round<R, N>(v, st, ctx, p);
+        else
+            stats_two_rounds<R, N>(v, st, ctx, p);
+    }
+
+    /* This thread's sums for R rows into q[3R] (nd_op_norm_sums), all-reduced, each row
+     * finished: sum(x) for 16-bit x (RAW; see nd_norm_raw) or sum(x - shift) for float32, and
+     * sum((x - shift)^2). Per element: one subtraction, one addition, one fma, as before. */
+    template <int R, int N, class V, class Ctx>
+    static __device__ __forceinline__ void row_sums(V (&v)[R], State (&st)[R], const Ctx &ctx,
+                                                    const Params &p, const float (&shift)[R])
+    {
+        constexpr bool RAW = nd_norm_raw<V::kElemBytes>::value;
+        float q[3 * R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float s = 0.0f, sdd = 0.0f;
+            if (ctx.full(r)) { /* the usual case: no pads among this thread's elements */
+#pragma unroll
+                for (int e = 0; e < N; e++) {
+                    const float x = v[r].get(e), d = x - shift[r];
+                    s += RAW ? x : d;
+                    sdd = fmaf(d, d, sdd);
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < N; e++) {
+                    const float x = v[r].get(e), d = ctx.valid(r, e) ? x - shift[r] : 0.0f;
+                    s += RAW ? x : d; /* a pad is 0 (kPad) */
+                    sdd = fmaf(d, d, sdd);
+                }
+            }
+            nd_op_norm_sums::put(&q[3 * r], (double)s);
+            q[3 * r + 2] = sdd;
+        }
+        ctx.template allreduce<3 * R>(q, nd_op_norm_sums());
+        const float inv_n = 1.0f / ctx.n;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            finish(st[r], RAW ? 0.0f : shift[r], nd_op_norm_sums::get(&q[3 * r]), shift[r],
+                   q[3 * r + 2], inv_n, (double)ctx.cols, p.eps);
+    }
+
+    /* One all-reduce: shift by the row's first element instead of by the mean. f is that
+     * element if this thread holds column 0 (at element h of its first pack), for ctx.first. */
+    template <int R, int N, class V, class Ctx>
+    static __device__ __forceinline__ void stats_one_round(V (&v)[R], State (&st)[R],
+                                                           const Ctx &ctx, const Params &p)
+    {
+        constexpr int VEC = 16 / V::kElemBytes; /* elements of a pack */
+        float shift[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float f = v[r].get(0);
+            if (!ctx.full(r)) {
+#pragma unroll
+                for (int e = 1; e < (N < VEC ? N : VEC); e++)
+                    if (ctx.valid(r, e) && !ctx.valid(r, e - 1))
+                        f = v[r].get(e);
+            }
+            shift[r] = ctx.first(r, f);
+        }
+        row_sums<R, N>(v, st, ctx, p, shift);
+    }
+
+    /* Two all-reduces: the mean, then the sums around it. */
+    template <int R, int N, class V, class Ctx>
+    static __device__ __forceinline__ void stats_two_rounds(V (&v)[R], State (&st)[R],
+                                                            const Ctx &ctx, const Params &p)
+    {
+        float s[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            s[r] = 0.0f;
+#pragma unroll
+            for (int e = 0; e < N; e++)
+                s[r] += v[r].get(e);
+        }
+        ctx.template allreduce<R>(s, nd_op_sum());
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            s[r] /= ctx.n;
+        row_sums<R, N>(v, st, ctx, p, s);
+    }
+
+    /* The stream kernel: one pass for the sums of a 16-bit row (shift: its first element), two
+     * for a float32 row (the mean first, as the two-round form above). */
+    template <class Ctx>
+    static __device__ __forceinline__ void stream_stats(State &st, const Ctx &ctx, const Params &p)
+    {
+        constexpr bool RAW = nd_norm_raw<Ctx::kElemBytes>::value;
+        float shift = ctx.x0;
+        if constexpr (!RAW) {
+            float m[1] = {0.0f};
+            ctx.for_each([&](float x) { m[0] += x; });
+            ctx.template allreduce<1>(m, nd_op_sum());
+            shift = m[0] / ctx.n;
+        }
+        float s = 0.0f, sdd = 0.0f;
+        ctx.for_each([&](float x) {
+            const float d = x - shift;
+            s += RAW ? x : d;
+            sdd = fmaf(d, d, sdd);
+        });
+        float q[3];
+        nd_op_norm_sums::put(q, (double)s);
+        q[2] = sdd;
+        ctx.template allreduce<3>(q, nd_op_norm_sums());
+        finish(st, RAW ? 0.0f : shift, nd_op_norm_sums::get(q), shift, q[2], 1.0f / ctx.n,
+               (double)ctx.cols, p.eps);
+    }
+
+    static __device__ __forceinline__ float out(const State &st, const Params &, float x, float g,
+                                                float b)
+    {
+        /* (x - mean) * rstd as fma(x - m_hi, rstd, -m_lo * rstd): x - m_hi is exact for x near
+         * the mean (Sterbenz) and otherwise off by 2^-24 of itself, so an output near zero is
+         * as exact as its distance from the mean; three instructions a column */
+        return fmaf(fmaf(x - st.m_hi, st.rstd, st.nlo), g, b);
+    }
+    static __device__ __forceinline__ float out_stream(const State &st, const Params &p, float x,
+                                                       float g, float b)
+    {
+        return out(st, p, x, g, b);
+    }
+    static __device__ __forceinline__ void write_stats(const State &st, int64_t row, const Params &p)
+    {
+        if (p.mean)
+            p.mean[row] = st.m_hi + st.m_lo;
+        if (p.rstd)
+            p.rstd[row] = st.rstd;
+    }
+};
+
+#endif /* ND_LAYERNORM_CUH */
