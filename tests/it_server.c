@@ -53,15 +53,16 @@ static void *xalloc(size_t n)
 }
 
 /* A random case: shape of rank 2 or 3, parameters present. alpha_shared picks prelu's form. */
-static void case_make(op_case *c, nd_op op, nd_dtype dt, uint64_t *rng, int axis,
-                      int alpha_shared)
+/* A random case: its shape drawn from srng, its data and parameters from rng. */
+static void case_make_from(op_case *c, nd_op op, nd_dtype dt, uint64_t *srng, uint64_t *rng,
+                           int axis, int alpha_shared)
 {
     memset(c, 0, sizeof *c);
     c->op = op;
     c->dt = dt;
-    c->ndim = 2 + (int)(nd_rand_u64(rng) % 2);
+    c->ndim = 2 + (int)(nd_rand_u64(srng) % 2);
     for (int i = 0; i < c->ndim; i++)
-        c->shape[i] = 1 + (int64_t)(nd_rand_u64(rng) % 9);
+        c->shape[i] = 1 + (int64_t)(nd_rand_u64(srng) % 9);
     c->shape[c->ndim - 1] += 3; /* rows a little wider than the rest */
     c->axis = axis < 0 ? c->ndim - 1 : axis % c->ndim;
     c->n = 1;
@@ -110,6 +111,12 @@ static void case_make(op_case *c, nd_op op, nd_dtype dt, uint64_t *rng, int axis
                          c->rstd);
     } else
         nd_ref_rmsnorm(c->xd, c->outer, c->mid, c->p0d, 1e-6, c->ref, c->rstd);
+}
+
+static void case_make(op_case *c, nd_op op, nd_dtype dt, uint64_t *rng, int axis,
+                      int alpha_shared)
+{
+    case_make_from(c, op, dt, rng, rng, axis, alpha_shared);
 }
 
 static void case_free(op_case *c)
@@ -381,6 +388,32 @@ Test(server, every_op_and_dtype_over_raw_binary)
                                      body, len, &r),
                              0);
                 check_binary_answer(&c, &r, 0);
+                nd_resp_free(&r);
+                free(body);
+                free(url);
+                case_free(&c);
+            }
+}
+
+/* The same shapes again and again, with fresh data and parameters each time, so that one slot
+ * runs the same batch shape over and over in the same staging: each batch must carry its own
+ * inputs and give each request its own outputs (a backend that cached a shape's work, or left a
+ * previous batch's results in place, would answer with stale values). */
+Test(server, repeated_shapes_get_answers_of_their_own_data)
+{
+    for (int op = 0; op < ND_OP_COUNT; op++)
+        for (int d = 0; d < 3; d++)
+            for (int rep = 0; rep < 6; rep++) {
+                uint64_t srng = 0x5eed + (uint64_t)(op * 3 + d), rng = 0xda7a + (uint64_t)rep;
+                const int stats = (op == ND_OP_LAYERNORM || op == ND_OP_RMSNORM) && (rep & 1);
+                op_case c;
+                case_make_from(&c, (nd_op)op, dtypes[d], &srng, &rng, -1, 0);
+                char *url = case_binary_url(&c, &daemon_, stats);
+                size_t len;
+                void *body = case_binary_body(&c, &len);
+                nd_resp r;
+                cr_assert_eq(nd_http("POST", url, "application/octet-stream", body, len, &r), 0);
+                check_binary_answer(&c, &r, stats);
                 nd_resp_free(&r);
                 free(body);
                 free(url);
