@@ -28,7 +28,13 @@ namespace {
 
 /* Tuned numbers for this op, in one place. */
 /*
- * H200, one run, % of a same-run copy ceiling (a one-pack-per-thread copy kernel, 4.25 TB/s),
+ * H200, bench_gpu --suite prelu, three runs each, old and new binaries alternating: one pack a
+ * thread below unroll2_min_packs and 32-bit index arithmetic below 2^32 elements took float16 /
+ * bfloat16 (96,512,14,14) from 79 / 78% to 89 / 87% of the copy ceiling, (96,512,7,7) from 74 /
+ * 72% to 81 / 79%, (96,256,28,28) from 93 to 96%; the large shapes moved -0.7 to +0.7 points,
+ * float32 within 0.7 (bench/results/prelu_unroll_h200.txt).
+ *
+ * Before that, H200, one run, % of a same-run copy ceiling (a one-pack-per-thread copy kernel, 4.25 TB/s),
  * against 512 threads, 2 packs per thread and default-policy loads and stores: 256 threads,
  * evict-first loads and stores and 1 pack per thread took float32 from 95-97% to 99-100% on the
  * large shapes and (96,512,7,7) from 90% to 96.5%; the 16-bit per-channel shapes with 1 pack lost 1-2 points on
@@ -38,8 +44,10 @@ namespace {
  */
 struct prelu_policy {
     static constexpr int block_threads = 256;
-    /* Packs per thread, loaded before any is used. */
+    /* Packs per thread, loaded before any is used: 2 for 16-bit tensors of at least
+     * unroll2_min_packs packs, else 1 (a small tensor needs every thread it can get). */
     template <typename T> __host__ __device__ static constexpr int unroll() { return sizeof(T) == 4 ? 1 : 2; }
+    static constexpr int64_t unroll2_min_packs = (int64_t)2 << 20;
     /* Evict-first loads and stores: x and y are touched once. */
     static constexpr bool streaming = true;
 };
@@ -96,6 +104,32 @@ __device__ __forceinline__ uint64_t fast_div_q(const fast_div &f, uint64_t n)
     return (t + ((n - t) >> f.sh1)) >> f.sh2;
 }
 
+/* The same for 0 <= n < 2^32 and d < 2^32 (m over 2^32): one 32-bit multiply-high, which is
+ * what most tensors need; a 64-bit one is several instructions. */
+struct fast_div32 {
+    uint32_t d, m;
+    int sh1, sh2;
+};
+
+static fast_div32 fast_div32_make(uint32_t d)
+{
+    fast_div32 f;
+    int l = 0;
+    while (l < 32 && ((uint64_t)1 << l) < d)
+        l++;
+    f.d = d;
+    f.m = (uint32_t)((((uint64_t)1 << 32) * (((uint64_t)1 << l) - d)) / d + 1);
+    f.sh1 = l < 1 ? l : 1;
+    f.sh2 = l - 1 > 0 ? l - 1 : 0;
+    return f;
+}
+
+__device__ __forceinline__ uint32_t fast_div_q(const fast_div32 &f, uint32_t n)
+{
+    uint32_t t = __umulhi(f.m, n);
+    return (t + ((n - t) >> f.sh1)) >> f.sh2;
+}
+
 struct prelu_geom {
     int64_t n;       /* elements */
     int64_t head;    /* elements before the first aligned pack */
@@ -103,6 +137,7 @@ struct prelu_geom {
     int64_t tail;    /* elements after the last pack */
     int64_t inner, channels;
     fast_div div_inner, div_channels;
+    fast_div32 div32_inner, div32_channels; /* when n < 2^32 */
 };
 
 /* ------------------------------------------------------------------------------------------- */
@@ -163,22 +198,30 @@ __device__ __forceinline__ nd_pack<__nv_bfloat16, 8> prelu_pack(const nd_pack<__
     return out.p;
 }
 
-/* Channel of flat element e, and e's index within its plane. */
+/* Channel of flat element e, and e's index within its plane; W32: the tensor has fewer than 2^32
+ * elements, and the 32-bit divisions do. */
+template <bool W32>
 __device__ __forceinline__ void locate(const prelu_geom &g, int64_t e, int64_t &c, int64_t &i)
 {
-    uint64_t plane = fast_div_q(g.div_inner, (uint64_t)e);
-    i = e - (int64_t)plane * g.inner;
-    uint64_t q = fast_div_q(g.div_channels, plane);
-    c = (int64_t)(plane - q * (uint64_t)g.channels);
+    if (W32) {
+        const uint32_t plane = fast_div_q(g.div32_inner, (uint32_t)e);
+        i = (int64_t)((uint32_t)e - plane * (uint32_t)g.inner);
+        const uint32_t q = fast_div_q(g.div32_channels, plane);
+        c = (int64_t)(plane - q * (uint32_t)g.channels);
+    } else {
+        uint64_t plane = fast_div_q(g.div_inner, (uint64_t)e);
+        i = e - (int64_t)plane * g.inner;
+        uint64_t q = fast_div_q(g.div_channels, plane);
+        c = (int64_t)(plane - q * (uint64_t)g.channels);
+    }
 }
 
-template <typename T, int P, bool SHARED>
+template <typename T, int P, bool SHARED, int U, bool W32>
 __global__ void __launch_bounds__(prelu_policy::block_threads)
 prelu_kernel(const T *__restrict__ x, T *__restrict__ y, const T *__restrict__ alpha,
              prelu_geom g)
 {
     using pack = nd_pack<T, P>;
-    constexpr int U = prelu_policy::unroll<T>();
     const float a0 = SHARED ? nd_to_float(alpha[0]) : 0.0f;
 
     /* The head and tail elements, one per thread of the first block(s). */
@@ -188,7 +231,7 @@ prelu_kernel(const T *__restrict__ x, T *__restrict__ y, const T *__restrict__ a
         float a = a0;
         if (!SHARED) {
             int64_t c, i;
-            locate(g, e, c, i);
+            locate<W32>(g, e, c, i);
             a = nd_to_float(alpha[c]);
         }
         y[e] = prelu_one(x[e], a);
@@ -214,7 +257,7 @@ prelu_kernel(const T *__restrict__ x, T *__restrict__ y, const T *__restrict__ a
             o = prelu_pack<T, P>(v[u], a0);
         } else {
             int64_t c, i;
-            locate(g, g.head + q * P, c, i);
+            locate<W32>(g, g.head + q * P, c, i);
             if (i + P <= g.inner) { /* the whole pack lies in one plane: one alpha */
                 o = prelu_pack<T, P>(v[u], nd_to_float(alpha[c]));
             } else if (g.inner >= P) { /* it crosses into the next plane once: two alphas */
@@ -244,10 +287,10 @@ prelu_kernel(const T *__restrict__ x, T *__restrict__ y, const T *__restrict__ a
 /* launchers                                                                                     */
 /* ------------------------------------------------------------------------------------------- */
 
-template <typename T, int P>
-static cudaError_t launch_packed(const nd_prelu_args *a, const prelu_geom &g, cudaStream_t stream)
+template <typename T, int P, int U, bool W32>
+static cudaError_t launch_kernel(const nd_prelu_args *a, const prelu_geom &g, cudaStream_t stream)
 {
-    constexpr int B = prelu_policy::block_threads, U = prelu_policy::unroll<T>();
+    constexpr int B = prelu_policy::block_threads;
     int64_t blocks = (g.packs + (int64_t)B * U - 1) / ((int64_t)B * U);
     int64_t edge_blocks = (g.head + g.tail + B - 1) / B;
     if (blocks < edge_blocks)
@@ -255,12 +298,25 @@ static cudaError_t launch_packed(const nd_prelu_args *a, const prelu_geom &g, cu
     if (blocks > INT32_MAX)
         return cudaErrorInvalidConfiguration;
     if (a->alpha_count == 1)
-        prelu_kernel<T, P, true><<<(unsigned)blocks, B, 0, stream>>>(
+        prelu_kernel<T, P, true, U, W32><<<(unsigned)blocks, B, 0, stream>>>(
             (const T *)a->x, (T *)a->y, (const T *)a->alpha, g);
     else
-        prelu_kernel<T, P, false><<<(unsigned)blocks, B, 0, stream>>>(
+        prelu_kernel<T, P, false, U, W32><<<(unsigned)blocks, B, 0, stream>>>(
             (const T *)a->x, (T *)a->y, (const T *)a->alpha, g);
     return cudaGetLastError();
+}
+
+/* Packs per thread and index width by size (prelu_policy). */
+template <typename T, int P>
+static cudaError_t launch_packed(const nd_prelu_args *a, const prelu_geom &g, cudaStream_t stream)
+{
+    constexpr int U = prelu_policy::unroll<T>();
+    const bool w32 = g.n < ((int64_t)1 << 32);
+    if (U > 1 && g.packs >= prelu_policy::unroll2_min_packs)
+        return w32 ? launch_kernel<T, P, U, true>(a, g, stream)
+                   : launch_kernel<T, P, U, false>(a, g, stream);
+    return w32 ? launch_kernel<T, P, 1, true>(a, g, stream)
+               : launch_kernel<T, P, 1, false>(a, g, stream);
 }
 
 /* The widest pack (16, 4 bytes, or one element) at which x and y reach alignment together. */
@@ -304,6 +360,10 @@ nd_status nd_cuda_prelu(const nd_prelu_args *a, void *stream, nd_error *err)
     g.channels = a->channels;
     g.div_inner = fast_div_make((uint64_t)a->inner);
     g.div_channels = fast_div_make((uint64_t)a->channels);
+    if (g.n < ((int64_t)1 << 32)) {
+        g.div32_inner = fast_div32_make((uint32_t)a->inner);
+        g.div32_channels = fast_div32_make((uint32_t)a->channels);
+    }
     cudaStream_t s = (cudaStream_t)stream;
     cudaError_t ce;
     switch (a->dtype) {

@@ -240,6 +240,8 @@ Test(gpu_axis, prelu_fixed_shapes)
     need_device();
     uint64_t rng = 0x5eed0003;
     check_prelu_all(4, 64, 112 * 112, 0, 0, &rng, "(4,64,112,112)");
+    /* more 16-bit packs than prelu_policy::unroll2_min_packs: two packs per thread */
+    check_prelu_all(24, 64, 112 * 112, 0, 0, &rng, "(24,64,112,112)");
     check_prelu_all(3, 64, 111 * 111, 0, 0, &rng, "(3,64,111,111) inner 111*111");
     check_prelu_all(3, 64, 111 * 111, 1, 1, &rng, "(3,64,111,111) offset by one element");
     check_prelu_all(5, 512, 7 * 7, 0, 0, &rng, "(5,512,7,7)");
