@@ -32,7 +32,10 @@ namespace {
  * thread below unroll2_min_packs and 32-bit index arithmetic below 2^32 elements took float16 /
  * bfloat16 (96,512,14,14) from 79 / 78% to 89 / 87% of the copy ceiling, (96,512,7,7) from 74 /
  * 72% to 81 / 79%, (96,256,28,28) from 93 to 96%; the large shapes moved -0.7 to +0.7 points,
- * float32 within 0.7 (bench/results/prelu_unroll_h200.txt).
+ * float32 within 0.7 (bench/results/prelu_unroll_h200.txt). Rejected after: the pack that
+ * crosses into the next plane done in pairs (__hmul2 with a per-pair alpha) like a whole pack,
+ * and the whole pack through the same code: 16-bit (96,512,14,14) 89 -> 86%, (96,512,7,7) 81 ->
+ * 79% (three runs each, same host).
  *
  * Before that, H200, one run, % of a same-run copy ceiling (a one-pack-per-thread copy kernel, 4.25 TB/s),
  * against 512 threads, 2 packs per thread and default-policy loads and stores: 256 threads,
