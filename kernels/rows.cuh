@@ -275,6 +275,14 @@ enum { ND_ROWS_WARP_BLOCK = 128 };
 #ifndef ND_ROWS_GRID
 #define ND_ROWS_GRID 1
 #endif
+/* Tried and rejected: the warp kernel's parameters (gamma, beta; RMSNorm's weight) converted to
+ * float in shared memory once per block, lanes reading two 16-byte shared loads a pack instead of
+ * a global load and a conversion per element. LayerNorm float16 rows of 256 columns lose 12
+ * points of the copy ceiling to their parameters (bench/rows_sweep.cu: 77.6% with, 89.5%
+ * without), but the shared copy won back 1.2 there and lost 2-6 points at 768-2048 columns and
+ * 2-10 at 32 (H200, bench_gpu rows suite, two runs each): the block's x loads wait for the fill
+ * and its barrier, and the per-pack parameter reads stay on each pack's path. */
+
 /* The warp kernel holds R rows per lane and more indexing: 768 threads (80 registers). */
 #ifndef ND_ROWS_WARP_MIN_THREADS_PER_SM
 #define ND_ROWS_WARP_MIN_THREADS_PER_SM 768
