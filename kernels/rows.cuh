@@ -283,6 +283,21 @@ enum { ND_ROWS_WARP_BLOCK = 128 };
  * 2-10 at 32 (H200, bench_gpu rows suite, two runs each): the block's x loads wait for the fill
  * and its barrier, and the per-pack parameter reads stay on each pack's path. */
 
+/* 1: in the warp kernel, a lane with one row (R = 1) whose packs are all in the row loads its
+ * first pack of parameters together with x, before the statistics, and each next pack's while
+ * the current one is computed, so that no pack waits for its parameters' load (before, each pack
+ * loaded its parameters after the previous pack's store, a round trip per pack that occupancy did
+ * not hide: LayerNorm float16 at 256 columns ran at 77.6% of the copy ceiling with gamma and beta,
+ * 89.5% without, bench/rows_sweep.cu). H200, bench_gpu rows suite, two runs each, % of the copy
+ * ceiling: LayerNorm float16 / bfloat16 32 cols 84 / 89 -> 93 / 98, 128 68 / 67 -> 76 / 76, 256
+ * 77 / 76 -> 87 / 87, 512 81 -> 89 / 91, 1024 83 / 82 -> 93 / 94, 2048 85 / 84 -> 88 / 88; float32
+ * 64-256 +2 to +5; RMSNorm 16-bit 256 and 1024 +2; 1536 bfloat16 LayerNorm -2.7 (float16 +2.9),
+ * RMSNorm 768 -1.8. float32 rows of 7-8 packs a lane (1024 columns) lost 8.5 points at their
+ * 72-register cap and keep the old order. (bench/results/param_pipe_h200.txt) */
+#ifndef ND_ROWS_PARAM_PIPE
+#define ND_ROWS_PARAM_PIPE 1
+#endif
+
 /* The warp kernel holds R rows per lane and more indexing: 768 threads (80 registers). */
 #ifndef ND_ROWS_WARP_MIN_THREADS_PER_SM
 #define ND_ROWS_WARP_MIN_THREADS_PER_SM 768
@@ -403,6 +418,22 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
         }
         if (PF && base + step < a.rows)
             prefetch(base + step);
+        /* ND_ROWS_PARAM_PIPE: the first pack's parameters, raw, loaded with x */
+        constexpr bool PIPE = ND_ROWS_PARAM_PIPE && Op::kParams > 0 && R == 1 &&
+                              !(sizeof(T) == 4 && PACKS >= 7);
+        typedef typename nd_word<16>::type PW;
+        PW pg = PW(), pb = PW();
+        bool pipe = false;
+        if constexpr (PIPE) {
+            const int h = ctx.h[0];
+            pipe = row[0] < a.rows && ctx.full(0) && a.p0 && nd_grid_offset<T, VEC>(a.p0) == h &&
+                   (Op::kParams < 2 || (a.p1 && nd_grid_offset<T, VEC>(a.p1) == h));
+            if (pipe) {
+                pg = __ldg(reinterpret_cast<const PW *>(a.p0 + gl * VEC - h));
+                if (Op::kParams >= 2)
+                    pb = __ldg(reinterpret_cast<const PW *>(a.p1 + gl * VEC - h));
+            }
+        }
         typename Op::State st[R];
         Op::template stats<R, N>(v, st, ctx, prm);
         bool same_h = true; /* all R rows on the same 16-byte grid offset (always when aligned) */
@@ -411,6 +442,32 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
             same_h = same_h && ctx.h[r] == ctx.h[0];
             if (gl == 0 && row[r] < a.rows)
                 Op::write_stats(st[r], row[r], prm);
+        }
+        if constexpr (PIPE) {
+            if (pipe) { /* each next pack's parameters load while this pack is computed */
+                const int h = ctx.h[0];
+                T *yrow = a.y + row[0] * a.cols;
+                const bool yv = nd_grid_offset<T, VEC>(yrow) == h;
+#pragma unroll
+                for (int i = 0; i < PACKS; i++) {
+                    const int c0 = (i * W + gl) * VEC - h;
+                    nd_regrow<T, VEC> g, b;
+                    memcpy(g.w, &pg, sizeof pg);
+                    memcpy(b.w, &pb, sizeof pb);
+                    if (i + 1 < PACKS) {
+                        pg = __ldg(reinterpret_cast<const PW *>(a.p0 + c0 + W * VEC));
+                        if (Op::kParams >= 2)
+                            pb = __ldg(reinterpret_cast<const PW *>(a.p1 + c0 + W * VEC));
+                    }
+                    float o[VEC];
+#pragma unroll
+                    for (int j = 0; j < VEC; j++)
+                        o[j] = Op::out(st[0], prm, v[0].get(i * VEC + j), g.get(j),
+                                       Op::kParams >= 2 ? b.get(j) : 0.0f);
+                    nd_row_store<T, VEC, int>(yrow, c0, ctx.cols, yv, o);
+                }
+                continue;
+            }
         }
         if (R > 1 && Op::kParams > 0 && same_h) {
             /* one load of each parameter pack serves the R rows */
