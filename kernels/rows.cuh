@@ -246,6 +246,48 @@ __device__ __forceinline__ void nd_row_emit(const nd_rows_args<T> &a, const type
     asm volatile("" ::: "memory");
 }
 
+/* ND_ROWS_PARAM_PIPE: a lane's parameters loaded one pack ahead of their use. start() loads the
+ * first pack's (call it with x's loads, before the statistics); emit() writes the lane's packs,
+ * loading each next pack's parameters while the current one is computed. Only for a lane whose
+ * packs all lie in the row (the context's full()) with its parameters on x's 16-byte grid
+ * (usable()); others go through nd_row_emit. */
+template <class Op, class T, int VEC> struct nd_param_pipe {
+    uint4 g, b;
+    static __device__ __forceinline__ bool usable(const nd_rows_args<T> &a, bool full, int h)
+    {
+        return full && a.p0 && nd_grid_offset<T, VEC>(a.p0) == h &&
+               (Op::kParams < 2 || (a.p1 && nd_grid_offset<T, VEC>(a.p1) == h));
+    }
+    __device__ __forceinline__ void start(const nd_rows_args<T> &a, int c0)
+    {
+        g = __ldg(reinterpret_cast<const uint4 *>(a.p0 + c0));
+        if (Op::kParams >= 2)
+            b = __ldg(reinterpret_cast<const uint4 *>(a.p1 + c0));
+    }
+    /* pack i of this lane starts at column c_first + i * stride; v holds its elements */
+    template <int PACKS, class V>
+    __device__ __forceinline__ void emit(const nd_rows_args<T> &a, const typename Op::Params &prm,
+                                         const typename Op::State &st, T *yrow, int c_first,
+                                         int stride, bool y_vec, const V &v)
+    {
+#pragma unroll
+        for (int i = 0; i < PACKS; i++) {
+            const int c0 = c_first + i * stride;
+            nd_regrow<T, VEC> gp, bp;
+            memcpy(gp.w, &g, sizeof g);
+            memcpy(bp.w, &b, sizeof b);
+            if (i + 1 < PACKS)
+                start(a, c0 + stride);
+            float o[VEC];
+#pragma unroll
+            for (int j = 0; j < VEC; j++)
+                o[j] = Op::out(st, prm, v.get(i * VEC + j), gp.get(j),
+                               Op::kParams >= 2 ? bp.get(j) : 0.0f);
+            nd_row_store<T, VEC, int>(yrow, c0, (int)a.cols, y_vec, o);
+        }
+    }
+};
+
 /* ---------------------------------------------------------------------------------------------
  * Warp kernel: groups of W lanes, R rows per group per iteration, PACKS packs per lane per row.
  * ------------------------------------------------------------------------------------------- */
@@ -296,6 +338,13 @@ enum { ND_ROWS_WARP_BLOCK = 128 };
  * 72-register cap and keep the old order. (bench/results/param_pipe_h200.txt) */
 #ifndef ND_ROWS_PARAM_PIPE
 #define ND_ROWS_PARAM_PIPE 1
+#endif
+/* The same in the block and cluster kernels (one row per block or cluster), for LayerNorm: H200,
+ * two runs each, float16 / bfloat16 4096 columns 87 -> 91%, 32768 86 -> 88, 16384 88.6 -> 87.5,
+ * float32 1536 96 -> 99.8; RMSNorm's one parameter lost 0.3-0.9 points there and keeps the old
+ * order (bench/results/param_pipe_h200.txt). */
+#ifndef ND_ROWS_PARAM_PIPE_BLOCK
+#define ND_ROWS_PARAM_PIPE_BLOCK 1
 #endif
 
 /* The warp kernel holds R rows per lane and more indexing: 768 threads (80 registers). */
@@ -418,21 +467,15 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
         }
         if (PF && base + step < a.rows)
             prefetch(base + step);
-        /* ND_ROWS_PARAM_PIPE: the first pack's parameters, raw, loaded with x */
+        /* ND_ROWS_PARAM_PIPE: the first pack's parameters, loaded with x */
         constexpr bool PIPE = ND_ROWS_PARAM_PIPE && Op::kParams > 0 && R == 1 &&
                               !(sizeof(T) == 4 && PACKS >= 7);
-        typedef typename nd_word<16>::type PW;
-        PW pg = PW(), pb = PW();
+        nd_param_pipe<Op, T, VEC> pp;
         bool pipe = false;
         if constexpr (PIPE) {
-            const int h = ctx.h[0];
-            pipe = row[0] < a.rows && ctx.full(0) && a.p0 && nd_grid_offset<T, VEC>(a.p0) == h &&
-                   (Op::kParams < 2 || (a.p1 && nd_grid_offset<T, VEC>(a.p1) == h));
-            if (pipe) {
-                pg = __ldg(reinterpret_cast<const PW *>(a.p0 + gl * VEC - h));
-                if (Op::kParams >= 2)
-                    pb = __ldg(reinterpret_cast<const PW *>(a.p1 + gl * VEC - h));
-            }
+            pipe = row[0] < a.rows && pp.usable(a, ctx.full(0), ctx.h[0]);
+            if (pipe)
+                pp.start(a, gl * VEC - ctx.h[0]);
         }
         typename Op::State st[R];
         Op::template stats<R, N>(v, st, ctx, prm);
@@ -444,28 +487,10 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
                 Op::write_stats(st[r], row[r], prm);
         }
         if constexpr (PIPE) {
-            if (pipe) { /* each next pack's parameters load while this pack is computed */
-                const int h = ctx.h[0];
+            if (pipe) {
                 T *yrow = a.y + row[0] * a.cols;
-                const bool yv = nd_grid_offset<T, VEC>(yrow) == h;
-#pragma unroll
-                for (int i = 0; i < PACKS; i++) {
-                    const int c0 = (i * W + gl) * VEC - h;
-                    nd_regrow<T, VEC> g, b;
-                    memcpy(g.w, &pg, sizeof pg);
-                    memcpy(b.w, &pb, sizeof pb);
-                    if (i + 1 < PACKS) {
-                        pg = __ldg(reinterpret_cast<const PW *>(a.p0 + c0 + W * VEC));
-                        if (Op::kParams >= 2)
-                            pb = __ldg(reinterpret_cast<const PW *>(a.p1 + c0 + W * VEC));
-                    }
-                    float o[VEC];
-#pragma unroll
-                    for (int j = 0; j < VEC; j++)
-                        o[j] = Op::out(st[0], prm, v[0].get(i * VEC + j), g.get(j),
-                                       Op::kParams >= 2 ? b.get(j) : 0.0f);
-                    nd_row_store<T, VEC, int>(yrow, c0, ctx.cols, yv, o);
-                }
+                pp.template emit<PACKS>(a, prm, st[0], yrow, gl * VEC - ctx.h[0], W * VEC,
+                                        nd_grid_offset<T, VEC>(yrow) == ctx.h[0], v[0]);
                 continue;
             }
         }
@@ -637,11 +662,28 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
         }
         if (PF && row + step < a.rows)
             prefetch(row + step);
+        /* ND_ROWS_PARAM_PIPE_BLOCK: the first pack's parameters, loaded with x */
+        constexpr bool PIPE = ND_ROWS_PARAM_PIPE_BLOCK && Op::kParams >= 2 &&
+                              !(sizeof(T) == 4 && PACKS >= 7);
+        nd_param_pipe<Op, T, VEC> pp;
+        bool pipe = false;
+        if constexpr (PIPE) {
+            pipe = pp.usable(a, ctx.full(0), ctx.h);
+            if (pipe)
+                pp.start(a, ctx.g * VEC - ctx.h);
+        }
         typename Op::State st[1];
         Op::template stats<1, N>(v, st, ctx, prm);
         if (ctx.g == 0)
             Op::write_stats(st[0], row, prm);
         T *yrow = a.y + row * a.cols;
+        if constexpr (PIPE) {
+            if (pipe) {
+                pp.template emit<PACKS>(a, prm, st[0], yrow, ctx.g * VEC - ctx.h, ctx.G * VEC,
+                                        nd_grid_offset<T, VEC>(yrow) == ctx.h, v[0]);
+                continue;
+            }
+        }
         const nd_row_out ro = nd_row_out_make<T, VEC>(a, yrow, ctx.h);
 #pragma unroll
         for (int i = 0; i < PACKS; i++) {
