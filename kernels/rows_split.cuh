@@ -49,6 +49,13 @@
 #ifndef ND_ROWS_SPLIT_CUH
 #define ND_ROWS_SPLIT_CUH
 
+/* LayerNorm's parameters loaded one pack ahead in the split kernel too (nd_param_pipe). H200,
+ * two runs each, float16 / bfloat16: 128x1048576 59.5 -> 62.5% of the copy ceiling, 2048x65536
+ * 65 -> 67-68, 512x262144 61.5 -> 65-66; float32 keeps the old order (8 packs a thread). */
+#ifndef ND_ROWS_PARAM_PIPE_SPLIT
+#define ND_ROWS_PARAM_PIPE_SPLIT ND_ROWS_PARAM_PIPE_BLOCK
+#endif
+
 /* 0: never (rows beyond a block go to the cluster and stream kernels as before); 1: the split
  * path where nd_rows_split_try's measured choice takes it; 2: wherever it can hold the row
  * (for tests and benchmarks). */
@@ -278,11 +285,28 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
     for (int i = 0; i < PACKS; i++)
         nd_row_load_words<T, VEC, int>(xrow, (i * THREADS + ctx.g) * VEC - ctx.h, ctx.cols,
                                        Op::kPad, &v[0].w[i * 4]);
+    /* ND_ROWS_PARAM_PIPE_SPLIT, as in the block kernel: the first pack's parameters with x */
+    constexpr bool PIPE = ND_ROWS_PARAM_PIPE_SPLIT && Op::kParams >= 2 &&
+                          !(sizeof(T) == 4 && PACKS >= 7);
+    nd_param_pipe<Op, T, VEC> pp;
+    bool pipe = false;
+    if constexpr (PIPE) {
+        pipe = pp.usable(a, ctx.full(0), ctx.h);
+        if (pipe)
+            pp.start(a, ctx.g * VEC - ctx.h);
+    }
     typename Op::State st[1];
     Op::template stats<1, N>(v, st, ctx, prm);
     if (ctx.g == 0)
         Op::write_stats(st[0], ctx.row, prm);
     T *yrow = a.y + (int64_t)ctx.row * a.cols;
+    if constexpr (PIPE) {
+        if (pipe) {
+            pp.template emit<PACKS>(a, prm, st[0], yrow, ctx.g * VEC - ctx.h, THREADS * VEC,
+                                    nd_grid_offset<T, VEC>(yrow) == ctx.h, v[0]);
+            return;
+        }
+    }
     const nd_row_out ro = nd_row_out_make<T, VEC>(a, yrow, ctx.h);
 #pragma unroll
     for (int i = 0; i < PACKS; i++) {
