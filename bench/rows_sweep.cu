@@ -1,13 +1,13 @@
 /*
  * rows_sweep.cu - the warp kernel's geometry swept for short 16-bit rows, where the row ops
  * stay furthest from the copy ceiling (issue 13: float16 LayerNorm at 256 columns 77%, float32
- * 93%). For float16 rows of 256 and 1024 columns and each of LayerNorm, RMSNorm and softmax,
+ * 93%). For float16 rows of 128, 256 and 1024 columns and each of LayerNorm, RMSNorm and softmax,
  * every (lanes per row W, packs per lane, rows per group R, blocks per SM in the launch bounds)
  * compiled below is timed like bench_gpu (graph replay, rotated sets past L2) against the copy
  * ceiling, next to what the shipped dispatch picks (the public API). The best line per shape is
  * what nd_rows_run's table should pick; rows_sweep is how to check it on a new GPU.
  *
- *   rows_sweep [--op layernorm|rmsnorm|softmax] [--cols 256|1024] [--rows N]
+ *   rows_sweep [--op layernorm|rmsnorm|softmax] [--cols 128|256|1024] [--rows N]
  */
 #include <cmath>
 #include <cstring>
@@ -90,7 +90,7 @@ template <class Op, int W, int PACKS, int R> static void run_mbs(job &j)
     run_variant<Op, W, PACKS, R, 12>(j);
 }
 
-/* The geometries: 256 float16 columns are 32 packs, 1024 are 128. */
+/* The geometries: 128 float16 columns are 16 packs, 256 are 32, 1024 are 128. */
 template <class Op> static void sweep(job &j)
 {
     run_mbs<Op, 4, 8, 1>(j);
@@ -107,6 +107,13 @@ template <class Op> static void sweep(job &j)
     run_mbs<Op, 32, 4, 1>(j);
     run_mbs<Op, 32, 4, 2>(j);
     run_mbs<Op, 32, 4, 4>(j);
+    /* 128 columns: 16 packs */
+    run_mbs<Op, 8, 2, 1>(j);
+    run_mbs<Op, 8, 2, 2>(j);
+    run_mbs<Op, 4, 4, 1>(j);
+    run_mbs<Op, 4, 4, 2>(j);
+    run_mbs<Op, 16, 1, 2>(j);
+    run_mbs<Op, 16, 1, 4>(j);
 }
 
 int main(int argc, char **argv)
@@ -133,7 +140,7 @@ int main(int argc, char **argv)
            prop.name, prop.multiProcessorCount, (long long)rows);
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    for (int64_t cols : {256, 1024}) {
+    for (int64_t cols : {128, 256, 1024}) {
         if (only_cols && cols != only_cols)
             continue;
         for (const char *op : {"layernorm", "rmsnorm", "softmax"}) {
