@@ -4,7 +4,9 @@
  * A slot is one stream on one device, with its own pinned host staging (in and out) and device
  * buffers of the same sizes. The batcher thread that owns the slot packs a batch into the pinned
  * input, run() copies it to the device, launches the kernel and copies the outputs back, all on
- * the slot's stream, then waits for that stream. Because each slot has its own batcher thread and
+ * the slot's stream, then waits for that stream (a batch of at most --cuda-zero-copy-bytes, by
+ * default a lone request of up to ~96 KiB, skips the copies: the kernel reads and writes the
+ * pinned staging through its device mapping). Because each slot has its own batcher thread and
  * its own stream, several batches are in flight per device: the copies of one overlap the kernel
  * of another, while the HTTP threads keep receiving.
  *
