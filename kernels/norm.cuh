@@ -30,10 +30,18 @@ struct nd_norm_policy {
      * copy ceiling there; 4 everywhere lost 9-13 at 2 lanes (16-bit 32) and 1-3 at 8 */
     static constexpr int kRowsInFlight4 = 4;
     static constexpr int kSubPacks = 4;      /* packs per lane in the sub-warp kernel */
+    /* rows of this many packs and more take kSubPacks packs a lane */
+    static constexpr int sub_full(int) { return 8 * kSubPacks; }
     static constexpr int kBlockMin = 128;
     static constexpr int kBlockMax = 512;
     static constexpr int kClusterMax = 16;
     static constexpr int kStreamThreads = 512;
+};
+
+/* The policy an op runs with: Op::Policy where it names one, else nd_norm_policy. */
+template <class Op, class = void> struct nd_op_policy { typedef nd_norm_policy type; };
+template <class Op> struct nd_op_policy<Op, std::void_t<typename Op::Policy>> {
+    typedef typename Op::Policy type;
 };
 
 struct nd_norm_params {
@@ -60,7 +68,7 @@ static nd_status norm_run(const nd_norm_args *a, cudaStream_t s, const char *nam
     p.eps = a->eps;
     p.mean = a->mean;
     p.rstd = a->rstd;
-    return nd_rows_run<Op, T, nd_norm_policy>(ra, p, s, name, err);
+    return nd_rows_run<Op, T, typename nd_op_policy<Op>::type>(ra, p, s, name, err);
 }
 
 template <class Op>

@@ -842,6 +842,12 @@ static nd_status nd_rows_launch(void (*kernel)(KArgs...), int threads, int csize
 
 
 /* Call f(std::integral_constant<int, P>) for the smallest P in [LO, HI] with P >= n (HI if none). */
+/* ceil(log2(n)) for n >= 1 */
+constexpr int nd_log2_ceil(int n)
+{
+    return n <= 1 ? 0 : 1 + nd_log2_ceil((n + 1) / 2);
+}
+
 template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F f)
 {
     if constexpr (LO >= HI)
@@ -860,8 +866,9 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
  *                  16-bit row holds twice the elements of a float32 row per thread)
  *   kRowsInFlight  packs a lane of the warp kernel loads before its first reduction (R rows)
  *   kRowsInFlight4 the same for groups of 4 lanes (rows of 5-8 packs)
- *   kSubPacks      packs per lane in the sub-warp kernel for rows of 8..16 * kSubPacks packs;
- *                  half as many below 8 * kSubPacks
+ *   kSubPacks      packs per lane in the sub-warp kernel for rows of sub_full..16 * kSubPacks
+ *                  packs; half as many below sub_full(element bytes) (8 * kSubPacks, or
+ *                  4 * kSubPacks: from 4 lanes)
  *   kBlockMin, kBlockMax   block sizes of the block kernel (powers of two, 64 <= kBlockMin,
  *                  kBlockMax <= 8 * kBlockMin)
  *   kClusterMax    largest cluster (<= 16)
@@ -909,12 +916,13 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
      * handles shorter rows too. */
     constexpr int RIF = Pol::kRowsInFlight;
     /* sub-warp groups of W lanes, SP packs per lane (W = P / SP rounded up to a power of two);
-     * SP = kSubPacks takes P >= 8 * SP packs: 8 lanes or more */
+     * SP = kSubPacks takes P >= sub_full(element size) packs: sub_full / SP lanes or more */
     auto sub_warp = [&](auto sp) {
         constexpr int SP = decltype(sp)::value;
         const int64_t lanes = (P + SP - 1) / SP;
         const int log2w = lanes <= 1 ? 0 : 64 - __builtin_clzll((unsigned long long)(lanes - 1));
-        return nd_rows_pick<(SP == Pol::kSubPacks ? 3 : 0), 4>(log2w, [&](auto lw) {
+        constexpr int LW = SP == Pol::kSubPacks ? nd_log2_ceil(Pol::sub_full(sizeof(T)) / SP) : 0;
+        return nd_rows_pick<LW, 4>(log2w, [&](auto lw) {
             constexpr int W = 1 << decltype(lw)::value;
             return nd_rows_pick<(W == 1 ? 1 : SP), SP>((int)P, [&](auto pk) {
                 constexpr int PACKS = decltype(pk)::value;
@@ -927,7 +935,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             });
         });
     };
-    if (P < 8 * Pol::kSubPacks)
+    if (P < Pol::sub_full(sizeof(T)))
         return sub_warp(std::integral_constant<int, Pol::kSubPacks / 2>());
     if (P <= 16 * Pol::kSubPacks)
         return sub_warp(std::integral_constant<int, Pol::kSubPacks>());

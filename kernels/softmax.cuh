@@ -33,6 +33,8 @@ struct nd_softmax_policy {
     static constexpr int kRowsInFlight = 4;
     static constexpr int kRowsInFlight4 = 4;
     static constexpr int kSubPacks = 4;      /* packs per lane in the sub-warp kernel */
+    /* rows of this many packs and more take kSubPacks packs a lane */
+    static constexpr int sub_full(int) { return 8 * kSubPacks; }
     /* 64: rows of 257-512 packs (16-bit 4096 columns) in blocks of 64 threads x 8 packs rather
      * than 128 x 4: H200 softmax f16/bf16 4096 +6 points (91 -> 97%), log_softmax -1.3, float32
      * 1536-2048 within +-1 (the norms lost up to 3 points this way and keep 128) */
