@@ -21,14 +21,7 @@
 #include <thread>
 #include <vector>
 
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "gpu_timing.cuh" /* CK */
 
 static double now_us()
 {
@@ -60,12 +53,12 @@ struct lane {
 static lane make_lane()
 {
     lane l;
-    CHECK(cudaStreamCreateWithFlags(&l.s, cudaStreamNonBlocking));
-    CHECK(cudaEventCreate(&l.e));
-    CHECK(cudaHostAlloc(&l.h_in, BYTES, cudaHostAllocDefault));
-    CHECK(cudaHostAlloc(&l.h_out, BYTES, cudaHostAllocDefault));
-    CHECK(cudaMalloc(&l.d_in, BYTES));
-    CHECK(cudaMalloc(&l.d_out, BYTES));
+    CK(cudaStreamCreateWithFlags(&l.s, cudaStreamNonBlocking));
+    CK(cudaEventCreate(&l.e));
+    CK(cudaHostAlloc(&l.h_in, BYTES, cudaHostAllocDefault));
+    CK(cudaHostAlloc(&l.h_out, BYTES, cudaHostAllocDefault));
+    CK(cudaMalloc(&l.d_in, BYTES));
+    CK(cudaMalloc(&l.d_out, BYTES));
     memset(l.h_in, 1, BYTES);
     return l;
 }
@@ -73,10 +66,10 @@ static lane make_lane()
 static void run_batch(const lane &l)
 {
     const int n = BYTES / 16;
-    CHECK(cudaMemcpyAsync(l.d_in, l.h_in, BYTES, cudaMemcpyHostToDevice, l.s));
+    CK(cudaMemcpyAsync(l.d_in, l.h_in, BYTES, cudaMemcpyHostToDevice, l.s));
     touch<<<(n + 255) / 256, 256, 0, l.s>>>((const float4 *)l.d_in, (float4 *)l.d_out, n);
-    CHECK(cudaGetLastError());
-    CHECK(cudaMemcpyAsync(l.h_out, l.d_out, BYTES, cudaMemcpyDeviceToHost, l.s));
+    CK(cudaGetLastError());
+    CK(cudaMemcpyAsync(l.h_out, l.d_out, BYTES, cudaMemcpyDeviceToHost, l.s));
     while (cudaStreamQuery(l.s) == cudaErrorNotReady) {
     }
 }
@@ -90,7 +83,7 @@ static double timed(int nthreads, int iters, std::vector<lane> &lanes,
     std::vector<std::thread> ts;
     for (int t = 0; t < nthreads; t++)
         ts.emplace_back([&, t] {
-            CHECK(cudaSetDevice(0));
+            CK(cudaSetDevice(0));
             body(lanes[t], 100); /* warm */
             double t0 = now_us();
             body(lanes[t], iters);
@@ -105,11 +98,11 @@ static double timed(int nthreads, int iters, std::vector<lane> &lanes,
 int main(int argc, char **argv)
 {
     const int iters = argc > 1 ? atoi(argv[1]) : 20000;
-    CHECK(cudaSetDevice(0));
-    CHECK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
-    CHECK(cudaFree(0));
+    CK(cudaSetDevice(0));
+    CK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
+    CK(cudaFree(0));
     cudaDeviceProp p;
-    CHECK(cudaGetDeviceProperties(&p, 0));
+    CK(cudaGetDeviceProperties(&p, 0));
     printf("device: %s; %d iterations per thread\n", p.name, iters);
     std::vector<lane> lanes;
     for (int i = 0; i < 4; i++)
@@ -121,39 +114,39 @@ int main(int argc, char **argv)
     };
     const int n = BYTES / 16;
     std::vector<call> calls = {
-        {"cudaSetDevice", [](lane &, int k) { for (int i = 0; i < k; i++) CHECK(cudaSetDevice(0)); }},
+        {"cudaSetDevice", [](lane &, int k) { for (int i = 0; i < k; i++) CK(cudaSetDevice(0)); }},
         {"cudaGetLastError", [](lane &, int k) { for (int i = 0; i < k; i++) (void)cudaGetLastError(); }},
         {"cudaStreamQuery (idle stream)",
-         [](lane &l, int k) { for (int i = 0; i < k; i++) CHECK(cudaStreamQuery(l.s)); }},
+         [](lane &l, int k) { for (int i = 0; i < k; i++) CK(cudaStreamQuery(l.s)); }},
         {"cudaEventRecord",
          [](lane &l, int k) {
              for (int i = 0; i < k; i++)
-                 CHECK(cudaEventRecord(l.e, l.s));
-             CHECK(cudaStreamSynchronize(l.s));
+                 CK(cudaEventRecord(l.e, l.s));
+             CK(cudaStreamSynchronize(l.s));
          }},
         {"cudaOccupancyMaxActiveBlocksPerMultiprocessor",
          [](lane &, int k) {
              int per_sm;
              for (int i = 0; i < k; i++)
-                 CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, touch, 256, 0));
+                 CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, touch, 256, 0));
          }},
         {"cudaFuncSetAttribute (max dynamic smem)",
          [](lane &, int k) {
              for (int i = 0; i < k; i++)
-                 CHECK(cudaFuncSetAttribute(touch, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                 CK(cudaFuncSetAttribute(touch, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             1024));
          }},
         {"launch <<<>>> (empty kernel)",
          [](lane &l, int k) {
              for (int i = 0; i < k; i++)
                  empty_kernel<<<1, 32, 0, l.s>>>();
-             CHECK(cudaStreamSynchronize(l.s));
+             CK(cudaStreamSynchronize(l.s));
          }},
         {"cudaMemcpyAsync H2D 64 KiB (enqueue)",
          [](lane &l, int k) {
              for (int i = 0; i < k; i++)
-                 CHECK(cudaMemcpyAsync(l.d_in, l.h_in, BYTES, cudaMemcpyHostToDevice, l.s));
-             CHECK(cudaStreamSynchronize(l.s));
+                 CK(cudaMemcpyAsync(l.d_in, l.h_in, BYTES, cudaMemcpyHostToDevice, l.s));
+             CK(cudaStreamSynchronize(l.s));
          }},
         {"batch: H2D + kernel + D2H, polled",
          [n](lane &l, int k) {

@@ -63,7 +63,7 @@ __global__ void fill_kernel(T *p, int64_t n, uint32_t seed, float lo, float hi)
     }
 }
 
-static void fill(nd_dtype dt, void *p, int64_t n, uint32_t seed, float lo, float hi)
+static inline void fill(nd_dtype dt, void *p, int64_t n, uint32_t seed, float lo, float hi)
 {
     if (dt == ND_FLOAT32)
         fill_kernel<float><<<1024, 256>>>((float *)p, n, seed, lo, hi);
@@ -126,7 +126,7 @@ template <class F> static double time_graph(cudaStream_t s, int n, F launch)
 
 /* The memory ceiling for moving xb bytes from xs[i % k] to ys[i % k], N copies per graph: the
  * copy kernel's and cudaMemcpyAsync's times per copy (us). */
-static void time_ceiling(cudaStream_t s, int N, const std::vector<void *> &xs,
+static inline void time_ceiling(cudaStream_t s, int N, const std::vector<void *> &xs,
                          const std::vector<void *> &ys, double xb, double *t_kernel,
                          double *t_memcpy)
 {
