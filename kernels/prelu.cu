@@ -78,58 +78,46 @@ __device__ __forceinline__ void store_pack(nd_pack<T, P> *p, const nd_pack<T, P>
 }
 
 /*
- * n / d for 0 <= n < 2^64 and a fixed d >= 1 without a divide instruction (Granlund and
- * Montgomery, "Division by invariant integers using multiplication", fig. 4.1):
- *   l = ceil(log2 d), m = floor(2^64 * (2^l - d) / d) + 1,
+ * n / d for 0 <= n < 2^N and a fixed 1 <= d < 2^N, N the bits of U (32 or 64), without a divide
+ * instruction (Granlund and Montgomery, "Division by invariant integers using multiplication",
+ * fig. 4.1):
+ *   l = ceil(log2 d), m = floor(2^N * (2^l - d) / d) + 1,
  *   t = mulhi(m, n), q = (t + ((n - t) >> min(l, 1))) >> max(l - 1, 0).
+ * The 32-bit form is one multiply-high, which is what most tensors need; a 64-bit one is several
+ * instructions.
  */
-struct fast_div {
-    uint64_t d, m;
+template <class U> struct fast_div {
+    U d, m;
     int sh1, sh2;
 };
 
-static fast_div fast_div_make(uint64_t d)
+template <class U> static fast_div<U> fast_div_make(U d)
 {
-    fast_div f;
+    constexpr int N = 8 * (int)sizeof(U);
+    fast_div<U> f;
     int l = 0;
-    while (l < 64 && ((unsigned __int128)1 << l) < d)
+    while (l < N && ((unsigned __int128)1 << l) < d)
         l++;
     f.d = d;
-    f.m = (uint64_t)((((unsigned __int128)1 << 64) * (((unsigned __int128)1 << l) - d)) / d) + 1;
+    f.m = (U)((((unsigned __int128)1 << N) * (((unsigned __int128)1 << l) - d)) / d + 1);
     f.sh1 = l < 1 ? l : 1;
     f.sh2 = l - 1 > 0 ? l - 1 : 0;
     return f;
 }
 
-__device__ __forceinline__ uint64_t fast_div_q(const fast_div &f, uint64_t n)
+__device__ __forceinline__ uint64_t fast_div_mulhi(uint64_t a, uint64_t b)
 {
-    uint64_t t = __umul64hi(f.m, n);
-    return (t + ((n - t) >> f.sh1)) >> f.sh2;
+    return __umul64hi(a, b);
 }
 
-/* The same for 0 <= n < 2^32 and d < 2^32 (m over 2^32): one 32-bit multiply-high, which is
- * what most tensors need; a 64-bit one is several instructions. */
-struct fast_div32 {
-    uint32_t d, m;
-    int sh1, sh2;
-};
-
-static fast_div32 fast_div32_make(uint32_t d)
+__device__ __forceinline__ uint32_t fast_div_mulhi(uint32_t a, uint32_t b)
 {
-    fast_div32 f;
-    int l = 0;
-    while (l < 32 && ((uint64_t)1 << l) < d)
-        l++;
-    f.d = d;
-    f.m = (uint32_t)((((uint64_t)1 << 32) * (((uint64_t)1 << l) - d)) / d + 1);
-    f.sh1 = l < 1 ? l : 1;
-    f.sh2 = l - 1 > 0 ? l - 1 : 0;
-    return f;
+    return __umulhi(a, b);
 }
 
-__device__ __forceinline__ uint32_t fast_div_q(const fast_div32 &f, uint32_t n)
+template <class U> __device__ __forceinline__ U fast_div_q(const fast_div<U> &f, U n)
 {
-    uint32_t t = __umulhi(f.m, n);
+    const U t = fast_div_mulhi(f.m, n);
     return (t + ((n - t) >> f.sh1)) >> f.sh2;
 }
 
@@ -139,8 +127,8 @@ struct prelu_geom {
     int64_t packs;   /* whole packs after the head */
     int64_t tail;    /* elements after the last pack */
     int64_t inner, channels;
-    fast_div div_inner, div_channels;
-    fast_div32 div32_inner, div32_channels; /* when n < 2^32 */
+    fast_div<uint64_t> div_inner, div_channels;
+    fast_div<uint32_t> div32_inner, div32_channels; /* when n < 2^32 */
 };
 
 /* ------------------------------------------------------------------------------------------- */
@@ -364,8 +352,8 @@ nd_status nd_cuda_prelu(const nd_prelu_args *a, void *stream, nd_error *err)
     g.div_inner = fast_div_make((uint64_t)a->inner);
     g.div_channels = fast_div_make((uint64_t)a->channels);
     if (g.n < ((int64_t)1 << 32)) {
-        g.div32_inner = fast_div32_make((uint32_t)a->inner);
-        g.div32_channels = fast_div32_make((uint32_t)a->channels);
+        g.div32_inner = fast_div_make((uint32_t)a->inner);
+        g.div32_channels = fast_div_make((uint32_t)a->channels);
     }
     cudaStream_t s = (cudaStream_t)stream;
     cudaError_t ce;
