@@ -142,9 +142,13 @@ $(BUILD)/normd: $(BUILD)/libndkernels.a $(BUILD)/server/main.o $(LIBS_ALL)
 	$(CC) $(CFLAGS) $(BUILD)/server/main.o $(LIBS_ALL) -o $@ $(MHD_LIBS) $(JSON_LIBS) $(ZLIB_LIBS) \
 	  $(CUDA_LIBS) $(LDLIBS)
 
+# What a one-step compile-and-link takes of its prerequisites: the header dependencies that -MMD
+# adds to them are not for the compiler.
+LINK_INPUTS = $(filter %.c %.o %.a,$^)
+
 $(BUILD)/tests/%: tests/%.c $(TEST_UTIL_OBJ) $(LIBS_ALL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests $(filter %.c %.o %.a,$^) -o $@ $(CRIT_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(JSON_LIBS) $(ZLIB_LIBS) $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests $(LINK_INPUTS) -o $@ $(CRIT_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(JSON_LIBS) $(ZLIB_LIBS) $(CUDA_LIBS) $(LDLIBS)
 
 # deps before the build (the build needs the headers it installs), hence the second make
 # make run builds what this machine can run: on a machine with no NVIDIA device (no /dev/nvidia0,
@@ -199,7 +203,7 @@ bench-cpu: $(BUILD)/bench/bench_cpu
 
 $(BUILD)/bench/%: bench/%.c $(LIBS_ALL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(filter %.c %.o %.a,$^) -o $@ $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(LINK_INPUTS) -o $@ $(CUDA_LIBS) $(LDLIBS)
 
 clean:
 	rm -rf $(BUILD)
@@ -388,7 +392,7 @@ soak: soak-deps $(BUILD)/normd
 .PHONY: bench-json test-f32-exhaustive
 $(BUILD)/bench/bench_json: bench/bench_json.c $(BUILD)/libndproto.a $(BUILD)/libndkernels.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(filter %.c %.o %.a,$^) -o $@ $(JSON_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(LINK_INPUTS) -o $@ $(JSON_LIBS) $(LDLIBS)
 bench-json: $(BUILD)/bench/bench_json
 	$(BUILD)/bench/bench_json --csv $(BUILD)/bench_json.csv
 test-f32-exhaustive: $(BUILD)/tests/test_json_num

@@ -845,13 +845,13 @@ static nd_status nd_rows_launch(void (*kernel)(KArgs...), int threads, int csize
 }
 
 
-/* Call f(std::integral_constant<int, P>) for the smallest P in [LO, HI] with P >= n (HI if none). */
 /* ceil(log2(n)) for n >= 1 */
 constexpr int nd_log2_ceil(int n)
 {
     return n <= 1 ? 0 : 1 + nd_log2_ceil((n + 1) / 2);
 }
 
+/* Call f(std::integral_constant<int, P>) for the smallest P in [LO, HI] with P >= n (HI if none). */
 template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F f)
 {
     if constexpr (LO >= HI)

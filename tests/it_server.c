@@ -52,8 +52,8 @@ static void *xalloc(size_t n)
     return p;
 }
 
-/* A random case: shape of rank 2 or 3, parameters present. alpha_shared picks prelu's form. */
-/* A random case: its shape drawn from srng, its data and parameters from rng. */
+/* A random case: shape of rank 2 or 3 drawn from srng, data and parameters (present) from rng.
+ * alpha_shared picks prelu's form. */
 static void case_make_from(op_case *c, nd_op op, nd_dtype dt, uint64_t *srng, uint64_t *rng,
                            int axis, int alpha_shared)
 {
