@@ -275,21 +275,28 @@ static size_t align16(size_t n)
 }
 
 /* Stamps each job with the batch's stage times (t_start: the batch was taken; t_packed, t_ran,
- * t_end: the stages ended, 0 when not reached). */
+ * t_end: the stages ended, 0 when not reached; bt: the device's own times, or NULL). */
 static void stamp_all(nd_job *jobs, int njobs, double t_start, double t_packed, double t_ran,
-                      double t_end)
+                      double t_end, const nd_batch *bt)
 {
     for (nd_job *j = jobs; j; j = j->next) {
-        j->queue_s = t_start - j->t_enqueue;
-        j->input_s = t_packed > 0 ? t_packed - t_start : 0;
-        j->infer_s = t_ran > 0 ? t_ran - t_packed : 0;
-        j->output_s = t_end > 0 ? t_end - t_ran : 0;
+        j->t = (nd_stage_times){
+            .queue = t_start - j->t_enqueue,
+            .input = t_packed > 0 ? t_packed - t_start : 0,
+            .compute = t_ran > 0 ? t_ran - t_packed : 0,
+            .submit = bt ? bt->submit_s : 0,
+            .h2d = bt ? bt->h2d_s : 0,
+            .kernel = bt ? bt->kernel_s : 0,
+            .d2h = bt ? bt->d2h_s : 0,
+            .output = t_end > 0 ? t_end - t_ran : 0,
+        };
         j->batch_jobs = njobs;
     }
 }
 
 static void finish_all(nd_job *jobs, int status, const char *msg)
 {
+    const double t_done = now_s();
     for (nd_job *j = jobs, *next; j; j = next) {
         next = j->next; /* done hands the job back; do not touch it afterwards */
         if (status != 200) {
@@ -300,6 +307,7 @@ static void finish_all(nd_job *jobs, int status, const char *msg)
             snprintf(j->error, sizeof j->error, "%s", msg);
         }
         j->status = status;
+        j->t_done = t_done;
         j->done(j, j->done_arg);
     }
 }
@@ -356,13 +364,13 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
     }
     if (oom) {
         nd_metrics_batch(b->metrics, h->op, device, rows, njobs, wait_s, 0, 1);
-        stamp_all(jobs, njobs, t_start, 0, 0, 0);
+        stamp_all(jobs, njobs, t_start, 0, 0, 0, NULL);
         finish_all(jobs, 500, "out of memory for the results");
         return;
     }
     if (b->engine->vt->staging(b->engine, slot, in_bytes, out_bytes, &in, &out, &err) != ND_OK) {
         nd_metrics_batch(b->metrics, h->op, device, rows, njobs, wait_s, 0, 1);
-        stamp_all(jobs, njobs, t_start, 0, 0, 0);
+        stamp_all(jobs, njobs, t_start, 0, 0, 0, NULL);
         release_staging(b, slot);
         finish_all(jobs, 500, err.msg);
         return;
@@ -435,7 +443,7 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
         snprintf(msg, sizeof msg, "backend %s failed: %s", b->engine->vt->name, err.msg);
         if (b->cfg.verbose >= 1)
             fprintf(stderr, "normd: %s\n", msg);
-        stamp_all(jobs, njobs, t_start, t_packed, t_ran, 0);
+        stamp_all(jobs, njobs, t_start, t_packed, t_ran, 0, NULL);
         release_staging(b, slot);
         finish_all(jobs, 500, msg);
         return;
@@ -454,7 +462,7 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
             memcpy(j->rstd, batch.rstd + row0, (size_t)j->req.outer * sizeof(float));
         row0 += j->req.outer;
     }
-    stamp_all(jobs, njobs, t_start, t_packed, t_ran, now_s());
+    stamp_all(jobs, njobs, t_start, t_packed, t_ran, now_s(), &batch);
     release_staging(b, slot);
     finish_all(jobs, 200, NULL);
 }
@@ -471,8 +479,7 @@ static void finish_expired(nd_batcher *b, nd_job *late, double now)
 {
     int n = 0;
     for (nd_job *j = late; j; j = j->next) {
-        j->queue_s = now - j->t_enqueue;
-        j->input_s = j->infer_s = j->output_s = 0;
+        j->t = (nd_stage_times){.queue = now - j->t_enqueue};
         j->batch_jobs = 0;
         n++;
     }
@@ -480,8 +487,9 @@ static void finish_expired(nd_batcher *b, nd_job *late, double now)
     for (nd_job *j = late, *next; j; j = next) {
         next = j->next;
         snprintf(j->error, sizeof j->error, "deadline passed after %.0f ms in the queue; the "
-                 "request was not run", j->queue_s * 1e3);
+                 "request was not run", j->t.queue * 1e3);
         j->status = 504;
+        j->t_done = now;
         j->done(j, j->done_arg);
     }
 }

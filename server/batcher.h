@@ -47,9 +47,10 @@ struct nd_job {
                            * buffer; the submitter frees it with nd_job_free_y */
     float *mean, *rstd;   /* req.outer floats each when asked for, malloc'ed */
     /* where the job's time went, set before done is called (0 for stages it did not reach):
-     * waiting in the queue, packing the batch (and, on a device, nothing more: copies are part of
-     * the run), the backend's run (copies in, kernel, copies out), scattering the results */
-    double queue_s, input_s, infer_s, output_s;
+     * queue, input, compute (with its device-timed parts h2d, kernel, d2h) and output; the
+     * submitter adds wakeup and total (see nd_stage_times) */
+    nd_stage_times t;
+    double t_done;        /* CLOCK_MONOTONIC seconds at which done was called */
     int batch_jobs;       /* requests in the job's batch (0 when it never ran) */
     nd_job_done_fn done;
     void *done_arg;

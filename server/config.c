@@ -68,6 +68,10 @@ static const opt options[] = {
      "CUDA batches of at most this many bytes (in + out) are computed straight from and into "
      "pinned host memory, without copies (default 196608: a lone request of up to ~96 KiB; "
      "0: always copy)"},
+    {"cuda-direct-output-bytes", "NORMD_CUDA_DIRECT_OUTPUT_BYTES", OPT_SIZE,
+     OFF(cuda_direct_output_bytes), 0, INT64_C(1) << 40,
+     "CUDA batches with at most this many bytes of outputs have the kernel write them straight "
+     "into pinned host memory instead of copying them back (default 16777216; 0: always copy)"},
     {"admin-token-file", "NORMD_ADMIN_TOKEN_FILE", OPT_TOKEN_FILE, 0, 0, 0,
      "file holding the bearer token that PUT and DELETE /v1/params/{name} require "
      "(Authorization: Bearer TOKEN); default: none, which is refused beyond loopback"},
@@ -149,6 +153,7 @@ void nd_config_defaults(nd_config *cfg)
      * p50 137/152/144 -> 128/129/142 us against null's 104/103/108. Batches of two such
      * requests (288 KiB) still copy: at 1 MiB, 16 connections lost 16% of their req/s. */
     cfg->cuda_zero_copy_bytes = (size_t)192 << 10;
+    cfg->cuda_direct_output_bytes = (size_t)16 << 20;
     cfg->max_param_sets = 1024;
     cfg->max_param_bytes = (size_t)1 << 30;
     cfg->verbose = 1;

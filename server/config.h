@@ -39,6 +39,8 @@ typedef struct nd_config {
     int ndevices;              /* 0 = every visible device */
     int cuda_spin_us;          /* poll a batch's stream this long before blocking on it */
     size_t cuda_zero_copy_bytes; /* batches up to this size run on mapped host memory, no copies */
+    size_t cuda_direct_output_bytes; /* outputs up to this size are written by the kernel into
+                                      * mapped host memory, with no copy back */
     int fault_every;           /* testing: fail every Nth batch with a backend error (0 = never) */
     int slow_batch_us;         /* testing: every batch's run takes this much longer (0 = not) */
     char admin_token[256];     /* bearer token the admin routes require; "" = none configured */

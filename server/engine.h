@@ -35,10 +35,12 @@ typedef struct nd_batch {
     const void *alpha;
     int64_t alpha_count;
     const struct nd_param_set *pset; /* registered parameters (their device copies), or NULL */
-    /* filled by run, for metrics: bytes moved to and from a device, and the kernel's own time
-     * (0 when the engine does not measure it apart from the whole run) */
+    /* filled by run, for metrics: bytes moved to and from a device, and the device's own times
+     * of the copy in, the kernel and the copy out (0 when the engine does not time them apart
+     * from the whole run, or a batch had no copies) */
     uint64_t h2d_bytes, d2h_bytes;
-    double kernel_s;
+    double h2d_s, kernel_s, d2h_s;
+    double submit_s; /* host time spent handing the batch to the device (0: not measured) */
 } nd_batch;
 
 /* A batch's tensors as one backend sees them (host pointers for cpu, device pointers for cuda),

@@ -3,10 +3,12 @@
  *
  * A slot is one stream on one device, with its own pinned host staging (in and out) and device
  * buffers of the same sizes. The batcher thread that owns the slot packs a batch into the pinned
- * input, run() copies it to the device, launches the kernel and copies the outputs back, all on
- * the slot's stream, then waits for that stream (a batch of at most --cuda-zero-copy-bytes, by
- * default a lone request of up to ~96 KiB, skips the copies: the kernel reads and writes the
- * pinned staging through its device mapping). Because each slot has its own batcher thread and
+ * input, run() copies it to the device and launches the kernel, which writes the outputs straight
+ * into the pinned output staging through its device mapping (outputs over
+ * --cuda-direct-output-bytes, 16 MiB by default, are copied back instead), all on the slot's
+ * stream, then waits for that stream. A batch of at most --cuda-zero-copy-bytes (in + out; by
+ * default a lone request of up to ~96 KiB) skips the copy in too: the kernel reads the pinned
+ * input staging the same way. Because each slot has its own batcher thread and
  * its own stream, several batches are in flight per device: the copies of one overlap the kernel
  * of another, while the HTTP threads keep receiving.
  *
@@ -70,7 +72,9 @@ typedef struct cuda_slot {
     int dev;             /* engine device index (metrics label index) */
     int ordinal;         /* CUDA device ordinal */
     cudaStream_t stream; /* non-blocking */
-    cudaEvent_t k0, k1;  /* around the kernel, for the kernel time histogram */
+    /* device times of a batch's stages, for the stage histograms: c0 before the copy in, k0
+     * and k1 around the kernel, c1 after the copy out (c0 and c1 only when there are copies) */
+    cudaEvent_t c0, k0, k1, c1;
     /* pinned host staging and device buffers; host and device sides have the same capacity.
      * The host staging is also mapped into the device's address space (hm_*: the device's
      * pointers to it), for batches small enough to run without copies (see cuda_run). */
@@ -86,6 +90,8 @@ typedef struct cuda_engine {
     int spin_us; /* --cuda-spin-us: poll the stream this long before blocking on it */
     size_t zero_copy_bytes; /* --cuda-zero-copy-bytes: batches up to this size (in + out) run
                              * on the mapped host staging, with no copies */
+    size_t direct_out_bytes; /* --cuda-direct-output-bytes: outputs up to this size are written
+                              * by the kernel into the mapped host staging, with no copy back */
     atomic_int broken_claim; /* the first thread to see a sticky error claims the message */
     atomic_int broken;       /* then sets this, after writing broken_msg */
     char broken_msg[256];
@@ -256,6 +262,17 @@ static cudaError_t stream_wait(const cuda_engine *ce, cudaStream_t stream)
     return cudaStreamSynchronize(stream);
 }
 
+/* Seconds between two completed events of a stream; 0 when the runtime cannot say. */
+static double event_seconds(cudaEvent_t from, cudaEvent_t to)
+{
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, from, to) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return (double)ms * 1e-3;
+}
+
 /* Raise *end to the end of [p, p + n) as an offset from base; 0 when that range does not lie
  * within [base, base + cap). NULL p is fine and changes nothing. */
 static int span(const void *base, size_t cap, const void *p, size_t n, size_t *end)
@@ -291,21 +308,22 @@ static const void *pset_dev(const nd_param_set *ps, int dev, int k)
     return ps ? ps->device[dev][k] : NULL;
 }
 
-/* The kernel, on the slot's stream, with device pointers. Inline parameters win over a
+/* The kernel, on the slot's stream, with device pointers: inputs from the mapped host staging
+ * with zc_in (else the device copy), outputs into it with zc_out. Inline parameters win over a
  * registered set, as in the cpu engine. */
-static nd_status launch(cuda_slot *s, const nd_batch *b, int zc, nd_error *err)
+static nd_status launch(cuda_slot *s, const nd_batch *b, int zc_in, int zc_out, nd_error *err)
 {
     const nd_param_set *ps = b->pset;
     const int ln = b->op == ND_OP_LAYERNORM;
     nd_batch_ptrs p = {
-        .x = dev_in(s, b->x, zc),
-        .y = dev_out(s, b->y, zc),
-        .mean = dev_out(s, b->mean, zc),
-        .rstd = dev_out(s, b->rstd, zc),
-        .gamma = b->gamma ? dev_in(s, b->gamma, zc)
+        .x = dev_in(s, b->x, zc_in),
+        .y = dev_out(s, b->y, zc_out),
+        .mean = dev_out(s, b->mean, zc_out),
+        .rstd = dev_out(s, b->rstd, zc_out),
+        .gamma = b->gamma ? dev_in(s, b->gamma, zc_in)
                           : pset_dev(ps, s->dev, ln ? ND_PARAM_GAMMA : ND_PARAM_WEIGHT),
-        .beta = b->beta ? dev_in(s, b->beta, zc) : pset_dev(ps, s->dev, ND_PARAM_BETA),
-        .alpha = b->alpha ? dev_in(s, b->alpha, zc) : pset_dev(ps, s->dev, ND_PARAM_ALPHA),
+        .beta = b->beta ? dev_in(s, b->beta, zc_in) : pset_dev(ps, s->dev, ND_PARAM_BETA),
+        .alpha = b->alpha ? dev_in(s, b->alpha, zc_in) : pset_dev(ps, s->dev, ND_PARAM_ALPHA),
     };
     return nd_batch_call(b, &p, ND_API_CUDA, (void *)s->stream, err);
 }
@@ -321,6 +339,7 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
     cuda_engine *ce = (cuda_engine *)e;
     cuda_slot *s = &ce->slot[slot];
     b->h2d_bytes = b->d2h_bytes = 0;
+    b->h2d_s = b->kernel_s = b->d2h_s = b->submit_s = 0;
     if (atomic_load(&ce->broken))
         return refuse_broken(ce, err);
 
@@ -357,13 +376,21 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
 
     /* A small batch runs on the mapped host staging: the kernel reads x over the bus and
      * writes y back the same way, which for a few tens of KiB is sooner than two copies, each
-     * with its own submission and completion on the stream. */
+     * with its own submission and completion on the stream. Larger batches copy their inputs
+     * in (the copy engine reads host memory much faster than a kernel's loads over the bus
+     * do), but up to direct_out_bytes of outputs the kernel still writes straight into the
+     * host staging: stores over the bus are posted, so they cost the kernel little, and the
+     * batch needs one driver call and one copy fewer. */
     const int zc = ce->zero_copy_bytes > 0 && in_end + out_end <= ce->zero_copy_bytes;
+    const int zc_out = zc || out_end <= ce->direct_out_bytes;
+    const double t_submit = now_us();
     TRY(ce, s->dev, err, cudaSetDevice(s->ordinal));
     (void)cudaGetLastError(); /* a non-sticky error left on this thread is not this batch's */
-    if (!zc)
+    if (!zc) {
+        TRY(ce, s->dev, err, cudaEventRecord(s->c0, s->stream));
         TRY(ce, s->dev, err,
             cudaMemcpyAsync(s->d_in, s->h_in, in_end, cudaMemcpyHostToDevice, s->stream));
+    }
     b->h2d_bytes = in_end;
 
     nd_error kerr = {{0}};
@@ -372,22 +399,25 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
     if (e0 != cudaSuccess)
         st = cuda_fail(ce, s->dev, e0, "cudaEventRecord", &kerr);
     if (st == ND_OK)
-        st = launch(s, b, zc, &kerr);
+        st = launch(s, b, zc, zc_out, &kerr);
     if (st == ND_OK) {
         cudaError_t e1 = cudaEventRecord(s->k1, s->stream);
         if (e1 != cudaSuccess)
             st = cuda_fail(ce, s->dev, e1, "cudaEventRecord", &kerr);
     }
-    if (st == ND_OK && zc)
+    if (st == ND_OK && zc_out)
         b->d2h_bytes = out_end;
     else if (st == ND_OK) {
         cudaError_t e2 = cudaMemcpyAsync(s->h_out, s->d_out, out_end, cudaMemcpyDeviceToHost,
                                          s->stream);
+        if (e2 == cudaSuccess)
+            e2 = cudaEventRecord(s->c1, s->stream);
         if (e2 != cudaSuccess)
             st = cuda_fail(ce, s->dev, e2, "cudaMemcpyAsync(D2H)", &kerr);
         else
             b->d2h_bytes = out_end;
     }
+    b->submit_s = (now_us() - t_submit) * 1e-6;
     /* Always drain: the H2D copy may still be reading staging the batcher is about to reuse. An
      * asynchronous fault of the kernel shows up here. */
     cudaError_t se = stream_wait(ce, s->stream);
@@ -409,9 +439,11 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
             *err = kerr;
         return st;
     }
-    float ms = 0;
-    if (cudaEventElapsedTime(&ms, s->k0, s->k1) == cudaSuccess)
-        b->kernel_s = (double)ms * 1e-3;
+    b->kernel_s = event_seconds(s->k0, s->k1);
+    if (!zc)
+        b->h2d_s = event_seconds(s->c0, s->k0);
+    if (!zc_out)
+        b->d2h_s = event_seconds(s->k1, s->c1);
     return ND_OK;
 }
 
@@ -527,10 +559,10 @@ static void cuda_destroy(nd_engine *e)
             continue; /* a lost device: the process is about to exit anyway */
         if (s->stream)
             cudaStreamDestroy(s->stream);
-        if (s->k0)
-            cudaEventDestroy(s->k0);
-        if (s->k1)
-            cudaEventDestroy(s->k1);
+        cudaEvent_t *ev[] = {&s->c0, &s->k0, &s->k1, &s->c1};
+        for (size_t k = 0; k < sizeof ev / sizeof ev[0]; k++)
+            if (*ev[k])
+                cudaEventDestroy(*ev[k]);
         cudaFreeHost(s->h_in);
         cudaFreeHost(s->h_out);
         cudaFree(s->d_in);
@@ -594,6 +626,7 @@ nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
     ce->verbose = cfg->verbose;
     ce->spin_us = cfg->cuda_spin_us;
     ce->zero_copy_bytes = cfg->cuda_zero_copy_bytes;
+    ce->direct_out_bytes = cfg->cuda_direct_output_bytes;
     atomic_init(&ce->broken_claim, 0);
     atomic_init(&ce->broken, 0);
 
@@ -643,9 +676,9 @@ nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
                          cudaGetErrorString(e));
             goto fail;
         }
-        e = cudaEventCreate(&s->k0);
-        if (e == cudaSuccess)
-            e = cudaEventCreate(&s->k1);
+        cudaEvent_t *ev[] = {&s->c0, &s->k0, &s->k1, &s->c1};
+        for (size_t k = 0; k < sizeof ev / sizeof ev[0] && e == cudaSuccess; k++)
+            e = cudaEventCreate(ev[k]);
         if (e != cudaSuccess) {
             nd_error_set(err, ND_EDEVICE, "cuda:%d: cudaEventCreate: %s", s->ordinal,
                          cudaGetErrorString(e));

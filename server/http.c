@@ -486,9 +486,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *mc, const char 
     /* The whole body is here (or there was none), or a suspended job has finished. */
     int state = atomic_load(&c->state);
     if (state == J_DONE) {
-        const nd_job *j = &c->job;
-        nd_metrics_job(s->metrics, j->req.op, j->status == 200, nd_now_s() - c->t_start,
-                       j->queue_s, j->input_s, j->infer_s, j->output_s);
+        nd_job *j = &c->job;
+        const double now = nd_now_s();
+        j->t.wakeup = j->t_done > 0 ? now - j->t_done : 0;
+        j->t.total = now - c->t_start;
+        nd_metrics_job(s->metrics, j->req.op, j->status == 200, &j->t);
         return c->form == FORM_V2 ? nd_v2_send_result(c) : nd_v1_send_result(c);
     }
     if (state == J_QUEUED)

@@ -34,6 +34,10 @@ static const double seconds_bounds[] = {50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5
                                         2.5,   5,      10};
 static const double kernel_bounds[] = {2e-6,   5e-6,   10e-6, 25e-6, 50e-6, 100e-6, 250e-6,
                                        500e-6, 1e-3,   2.5e-3, 5e-3, 10e-3, 25e-3, 100e-3};
+/* A request's stages run from microseconds (a copy, a wake-up) to seconds (a queue under load). */
+static const double stage_bounds[] = {5e-6,  10e-6, 25e-6,  50e-6, 100e-6, 250e-6, 500e-6,
+                                      1e-3,  2.5e-3, 5e-3,  10e-3, 25e-3,  50e-3,  100e-3,
+                                      250e-3, 1,     5};
 static const double rows_bounds[] = {1,    2,    4,     8,     16,    32,     64,    128,
                                      256,  512,  1024,  2048,  4096,  8192,   16384, 32768,
                                      65536, 131072, 262144, 524288, 1048576};
@@ -46,10 +50,22 @@ typedef struct device_stats {
     histogram compute_s, queue_wait_s, kernel_s;
 } device_stats;
 
-/* The stages of a request, as nd_metrics_job reports them. */
-enum { STAGE_QUEUE, STAGE_INPUT, STAGE_INFER, STAGE_OUTPUT, STAGE_TOTAL, STAGE_COUNT };
-static const char *const stage_names[STAGE_COUNT] = {"queue", "input", "compute", "output",
-                                                     "total"};
+/* The stages of a request (nd_stage_times), in the order a request passes them. */
+enum {
+    STAGE_QUEUE,
+    STAGE_INPUT,
+    STAGE_INFER,
+    STAGE_SUBMIT,
+    STAGE_H2D,
+    STAGE_KERNEL,
+    STAGE_D2H,
+    STAGE_OUTPUT,
+    STAGE_WAKEUP,
+    STAGE_TOTAL,
+    STAGE_COUNT
+};
+static const char *const stage_names[STAGE_COUNT] = {
+    "queue", "input", "compute", "submit", "h2d", "kernel", "d2h", "output", "wakeup", "total"};
 
 typedef struct op_stats {
     uint64_t success, fail;
@@ -99,8 +115,8 @@ nd_metrics *nd_metrics_create(void)
     hist_init(&m->request_s, seconds_bounds,
               (int)(sizeof seconds_bounds / sizeof seconds_bounds[0]));
     for (int k = 0; k < STAGE_COUNT; k++)
-        hist_init(&m->stage_s[k], seconds_bounds,
-                  (int)(sizeof seconds_bounds / sizeof seconds_bounds[0]));
+        hist_init(&m->stage_s[k], stage_bounds,
+                  (int)(sizeof stage_bounds / sizeof stage_bounds[0]));
     for (int d = 0; d < MAX_DEVICES; d++) {
         hist_init(&m->dev[d].compute_s, seconds_bounds,
                   (int)(sizeof seconds_bounds / sizeof seconds_bounds[0]));
@@ -139,22 +155,25 @@ void nd_metrics_request(nd_metrics *m, int op, int code, double seconds)
     pthread_mutex_unlock(&m->lock);
 }
 
-void nd_metrics_job(nd_metrics *m, nd_op op, int ok, double total_s, double queue_s,
-                    double input_s, double infer_s, double output_s)
+void nd_metrics_job(nd_metrics *m, nd_op op, int ok, const nd_stage_times *t)
 {
     if ((int)op < 0 || op >= ND_OP_COUNT)
         return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    const double stage[STAGE_COUNT] = {queue_s, input_s, infer_s, output_s, total_s};
+    const double stage[STAGE_COUNT] = {
+        [STAGE_QUEUE] = t->queue,   [STAGE_INPUT] = t->input,   [STAGE_INFER] = t->compute,
+        [STAGE_SUBMIT] = t->submit,
+        [STAGE_H2D] = t->h2d,       [STAGE_KERNEL] = t->kernel, [STAGE_D2H] = t->d2h,
+        [STAGE_OUTPUT] = t->output, [STAGE_WAKEUP] = t->wakeup, [STAGE_TOTAL] = t->total};
     pthread_mutex_lock(&m->lock);
     op_stats *o = &m->ops[op];
     if (ok) {
         o->success++;
-        o->success_s += total_s;
+        o->success_s += t->total;
     } else {
         o->fail++;
-        o->fail_s += total_s;
+        o->fail_s += t->total;
     }
     o->last_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
     for (int k = 0; k < STAGE_COUNT; k++) {
@@ -391,8 +410,10 @@ char *nd_metrics_render(nd_metrics *m, size_t *len)
     render_hist(&b, "normd_request_duration_seconds", "", &m->request_s);
     buf_printf(&b, "# HELP normd_request_stage_seconds Where operator requests spent their "
                    "time: queue (waiting for a batch), input (packing the batch), compute (the "
-                   "backend: copies to the device, kernel, copies back), output (scattering "
-                   "results), total (arrival to answer).\n"
+                   "backend's run as the host sees it), submit (of compute, the host handing the "
+                   "batch to the device), h2d, kernel and d2h (device-timed parts of compute: "
+                   "copy in, kernel, copy out), output (scattering results), wakeup (batch done "
+                   "to the answer picked up), total (arrival to answer).\n"
                    "# TYPE normd_request_stage_seconds histogram\n");
     for (int k = 0; k < STAGE_COUNT; k++) {
         char labels[32];

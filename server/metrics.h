@@ -32,11 +32,25 @@ void nd_metrics_transfer(nd_metrics *m, int device, uint64_t h2d_bytes, uint64_t
 void nd_metrics_inflight_add(nd_metrics *m, int device, int delta);
 void nd_metrics_queue_depth_add(nd_metrics *m, int delta);
 int64_t nd_metrics_queue_depth(nd_metrics *m);
-/* One finished operator request (either protocol), with where its time went: total from arrival
- * to answer, then the batcher's stages (see nd_job). Feeds the v2 statistics extension and the
- * normd_request_stage_seconds histograms. */
-void nd_metrics_job(nd_metrics *m, nd_op op, int ok, double total_s, double queue_s,
-                    double input_s, double infer_s, double output_s);
+/* Where one operator request's time went, in seconds. A stage the request did not pass is 0
+ * and is not observed (a request that failed before its batch ran has no compute stage; a
+ * backend that does not time its device, no h2d, kernel or d2h). */
+typedef struct nd_stage_times {
+    double queue;   /* queued -> its batch was taken by a batcher thread */
+    double input;   /* packing the batch into the slot's staging */
+    double compute; /* the backend's run as the host sees it: copies, kernel and the wait */
+    double submit;  /* of compute, the host's time handing the batch to the device */
+    double h2d;     /* of compute, timed on the device: the copy in, */
+    double kernel;  /*   the kernel, */
+    double d2h;     /*   the copy out */
+    double output;  /* scattering the results to the requests */
+    double wakeup;  /* batch done -> the connection's HTTP thread picked the answer up */
+    double total;   /* the request's first byte -> its answer queued */
+} nd_stage_times;
+
+/* One finished operator request (either protocol) and its stages. Feeds the v2 statistics
+ * extension and the normd_request_stage_seconds{stage} histograms. */
+void nd_metrics_job(nd_metrics *m, nd_op op, int ok, const nd_stage_times *t);
 /* The v2 statistics of op so far (executions are the batches run for op). */
 void nd_metrics_v2_stats(nd_metrics *m, nd_op op, nd_v2_stats *out);
 /* Labels devices in the output ("cpu", "cuda:0", ...). At most 16 devices. */

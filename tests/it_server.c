@@ -1018,6 +1018,18 @@ Test(server, metrics_have_the_device_series)
         cr_assert_geq(v[2], n * 2 * sizeof(float), "d2h bytes %g", v[2]);
         cr_assert_eq(device_metric("normd_device_kernel_seconds_count", cuda, &nk), n);
     }
+    /* Every request's stages, each observed once per request; the device-timed ones only on a
+     * device (a lone small request runs without copies, so no h2d or d2h there either). */
+    static const char *const stages[] = {"queue", "input",  "compute", "output",
+                                         "wakeup", "total", "submit",  "kernel"};
+    for (size_t k = 0; k < sizeof stages / sizeof stages[0]; k++) {
+        char label[48];
+        snprintf(label, sizeof label, "stage=\"%s\"", stages[k]);
+        const double want = k < 6 || cuda ? n : 0;
+        const double got = metric("normd_request_stage_seconds_count", label);
+        cr_assert_eq(got, want, "stage %s observed %g times for %d requests on %s", stages[k],
+                     got, n, backend);
+    }
 }
 
 /* ---- content types: one rule for /v1, none for /v2 ---- */

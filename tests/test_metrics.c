@@ -50,3 +50,44 @@ Test(metrics, counters_and_histograms_render_in_prometheus_text)
     free(text);
     nd_metrics_destroy(m);
 }
+
+/* Each request's stages land in normd_request_stage_seconds{stage}; a stage it did not pass
+ * (0: a host backend has no h2d/kernel/d2h, a failed batch no output) is not observed, while a
+ * successful request's queue stage is, even when it took no measurable time. */
+Test(metrics, request_stages_observe_only_the_stages_passed)
+{
+    nd_metrics *m = nd_metrics_create();
+    const nd_stage_times gpu = {.queue = 3e-6, .input = 7e-6, .compute = 40e-6, .submit = 12e-6,
+                                .h2d = 8e-6, .kernel = 20e-6, .d2h = 0, .output = 6e-6,
+                                .wakeup = 30e-6, .total = 150e-6};
+    const nd_stage_times host = {.queue = 0, .input = 4e-6, .compute = 2e-6, .output = 3e-6,
+                                 .wakeup = 600e-6, .total = 700e-6};
+    const nd_stage_times failed = {.queue = 1e-3, .input = 1e-6, .total = 2e-3};
+    nd_metrics_job(m, ND_OP_LAYERNORM, 1, &gpu);
+    nd_metrics_job(m, ND_OP_LAYERNORM, 1, &host);
+    nd_metrics_job(m, ND_OP_RMSNORM, 0, &failed);
+    size_t len;
+    char *text = nd_metrics_render(m, &len);
+    cr_assert_not_null(text);
+    const char *want[] = {
+        "normd_request_stage_seconds_count{stage=\"queue\"} 3\n",
+        "normd_request_stage_seconds_count{stage=\"input\"} 3\n",
+        "normd_request_stage_seconds_count{stage=\"compute\"} 2\n",
+        "normd_request_stage_seconds_count{stage=\"submit\"} 1\n",
+        "normd_request_stage_seconds_count{stage=\"h2d\"} 1\n",
+        "normd_request_stage_seconds_count{stage=\"kernel\"} 1\n",
+        "normd_request_stage_seconds_count{stage=\"d2h\"} 0\n",
+        "normd_request_stage_seconds_count{stage=\"output\"} 2\n",
+        "normd_request_stage_seconds_count{stage=\"wakeup\"} 2\n",
+        "normd_request_stage_seconds_count{stage=\"total\"} 3\n",
+        /* microsecond buckets: the 8 us copy in is in le=1e-05 and not in le=5e-06 */
+        "normd_request_stage_seconds_bucket{stage=\"h2d\",le=\"5e-06\"} 0\n",
+        "normd_request_stage_seconds_bucket{stage=\"h2d\",le=\"1e-05\"} 1\n",
+        "normd_request_stage_seconds_bucket{stage=\"wakeup\",le=\"5e-05\"} 1\n",
+        "normd_request_stage_seconds_bucket{stage=\"wakeup\",le=\"0.001\"} 2\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert(strstr(text, want[i]), "missing %s in:\n%s", want[i], text);
+    free(text);
+    nd_metrics_destroy(m);
+}
