@@ -50,6 +50,7 @@ nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
 
 #else /* ND_HAVE_CUDA */
 
+#include <cuda.h> /* types of the one driver entry point used (cuStreamWriteValue32) */
 #include <cuda_runtime_api.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -81,7 +82,13 @@ typedef struct cuda_slot {
     void *h_in, *h_out, *d_in, *d_out;
     void *hm_in, *hm_out;
     size_t in_cap, out_cap;
+    /* completion word in pinned host memory: the stream writes seq there after a batch's last
+     * operation, and the waiting thread polls it with plain loads (see stream_wait) */
+    uint32_t *done_word;
+    uint32_t seq;
 } cuda_slot;
+
+typedef CUresult (*write_value32_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
 typedef struct cuda_engine {
     nd_engine base;
@@ -92,6 +99,7 @@ typedef struct cuda_engine {
                              * on the mapped host staging, with no copies */
     size_t direct_out_bytes; /* --cuda-direct-output-bytes: outputs up to this size are written
                               * by the kernel into the mapped host staging, with no copy back */
+    write_value32_fn write_value32; /* cuStreamWriteValue32, or NULL where the driver lacks it */
     atomic_int broken_claim; /* the first thread to see a sticky error claims the message */
     atomic_int broken;       /* then sets this, after writing broken_msg */
     char broken_msg[256];
@@ -246,20 +254,60 @@ static double now_us(void)
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Queue, as the stream's last operation, the write of the slot's next sequence number to its
+ * completion word. Returns 1 when queued, 0 when the waiter must ask the driver instead (no
+ * entry point, or the driver refused: then nothing was queued). The write comes after a memory
+ * fence over the stream's earlier work, so the kernel's stores into host memory and the copies'
+ * bytes are visible once the word is. */
+static int queue_done_word(cuda_engine *ce, cuda_slot *s)
+{
+    if (!ce->write_value32 || !s->done_word || ce->spin_us <= 0)
+        return 0;
+    uint32_t next = s->seq + 1;
+    if (ce->write_value32((CUstream)s->stream, (CUdeviceptr)(uintptr_t)s->done_word, next,
+                          CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    s->seq = next;
+    return 1;
+}
+
 /* Wait until everything queued on the stream is done. With spin_us > 0, poll first for at most
  * that long: a small batch often completes within tens of microseconds, sooner than a sleeping
- * thread is woken by blocking sync. Then (or at once, by default) sleep in the driver. */
-static cudaError_t stream_wait(const cuda_engine *ce, cudaStream_t stream)
+ * thread is woken by blocking sync. With a completion word queued (by_word) the poll is a load
+ * from host memory; otherwise each poll is a cudaStreamQuery, which takes the driver's locks that
+ * the other slots' threads need to submit their batches. Then (or at once, with spin_us 0)
+ * sleep in the driver, which also reports an asynchronous error: a batch that faulted never
+ * writes its word. */
+static cudaError_t stream_wait(const cuda_engine *ce, cuda_slot *s, int by_word)
 {
     if (ce->spin_us > 0) {
         const double until = now_us() + ce->spin_us;
-        do {
-            cudaError_t q = cudaStreamQuery(stream);
-            if (q != cudaErrorNotReady)
-                return q;
-        } while (now_us() < until);
+        if (by_word) {
+            do {
+                for (int i = 0; i < 64; i++) {
+                    if (__atomic_load_n(s->done_word, __ATOMIC_ACQUIRE) == s->seq)
+                        return cudaSuccess;
+                    cpu_relax();
+                }
+            } while (now_us() < until);
+        } else {
+            do {
+                cudaError_t q = cudaStreamQuery(s->stream);
+                if (q != cudaErrorNotReady)
+                    return q;
+            } while (now_us() < until);
+        }
     }
-    return cudaStreamSynchronize(stream);
+    return cudaStreamSynchronize(s->stream);
 }
 
 /* Seconds between two completed events of a stream; 0 when the runtime cannot say. */
@@ -417,10 +465,11 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
         else
             b->d2h_bytes = out_end;
     }
+    const int by_word = st == ND_OK && queue_done_word(ce, s);
     b->submit_s = (now_us() - t_submit) * 1e-6;
     /* Always drain: the H2D copy may still be reading staging the batcher is about to reuse. An
      * asynchronous fault of the kernel shows up here. */
-    cudaError_t se = stream_wait(ce, s->stream);
+    cudaError_t se = stream_wait(ce, s, by_word);
     if (se != cudaSuccess) {
         nd_status sst = cuda_fail(ce, s->dev, se, "waiting for the stream", err);
         if (st != ND_OK)
@@ -565,6 +614,8 @@ static void cuda_destroy(nd_engine *e)
                 cudaEventDestroy(*ev[k]);
         cudaFreeHost(s->h_in);
         cudaFreeHost(s->h_out);
+        if (s->done_word)
+            cudaFreeHost(s->done_word);
         cudaFree(s->d_in);
         cudaFree(s->d_out);
     }
@@ -660,6 +711,19 @@ nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
     for (int d = 0; d < ndev; d++)
         if (device_open(ce, d, err) != ND_OK)
             goto fail;
+    /* Completion words need cuStreamWriteValue32, a driver entry point (normd links only the
+     * runtime; 32-bit stream memory operations are always there since CUDA 12). Without it, or
+     * where a write is refused, or with spin_us 0, the wait asks the driver. */
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    void *fn = NULL;
+    if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000, cudaEnableDefault,
+                                         &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess && fn)
+        ce->write_value32 = (write_value32_fn)fn;
+    (void)cudaGetLastError();
+    if (ce->verbose >= 2)
+        fprintf(stderr, "normd: batch completion: %s\n",
+                ce->write_value32 ? "polled from host memory" : "polled through the driver");
 
     ce->base.nslots = streams * ndev;
     for (int i = 0; i < ce->base.nslots; i++) {
@@ -686,6 +750,17 @@ nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
         }
         if (slot_grow(ce, s, 0, 0, err) != ND_OK || slot_grow(ce, s, 1, 0, err) != ND_OK)
             goto fail;
+        /* A word of its own: 64 bytes keep the slots' words off each other's cache lines. */
+        if (ce->write_value32) {
+            void *w = NULL;
+            if (cudaHostAlloc(&w, 64, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
+                (void)cudaGetLastError();
+                w = NULL; /* this slot asks the driver instead */
+            }
+            s->done_word = w;
+            if (w)
+                *s->done_word = s->seq = 0;
+        }
     }
     for (int i = 0; i < ce->base.nslots; i++)
         if (warm_slot(ce, i, err) != ND_OK)
