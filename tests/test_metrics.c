@@ -7,6 +7,15 @@
 
 #include "../server/metrics.h"
 
+/* Every line of want is in the exposition text; frees text and m. */
+static void expect_lines(nd_metrics *m, char *text, const char *const *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        cr_assert(strstr(text, want[i]), "missing %s in:\n%s", want[i], text);
+    free(text);
+    nd_metrics_destroy(m);
+}
+
 Test(metrics, counters_and_histograms_render_in_prometheus_text)
 {
     nd_metrics *m = nd_metrics_create();
@@ -45,10 +54,7 @@ Test(metrics, counters_and_histograms_render_in_prometheus_text)
         "normd_device_batch_errors_total{device=\"cpu\"} 1\n",
         "normd_device_compute_seconds_count{device=\"cpu\"} 2\n",
     };
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-        cr_assert(strstr(text, want[i]), "missing %s in:\n%s", want[i], text);
-    free(text);
-    nd_metrics_destroy(m);
+    expect_lines(m, text, want, sizeof want / sizeof want[0]);
 }
 
 /* Each request's stages land in normd_request_stage_seconds{stage}; a stage it did not pass
@@ -86,8 +92,5 @@ Test(metrics, request_stages_observe_only_the_stages_passed)
         "normd_request_stage_seconds_bucket{stage=\"wakeup\",le=\"5e-05\"} 1\n",
         "normd_request_stage_seconds_bucket{stage=\"wakeup\",le=\"0.001\"} 2\n",
     };
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-        cr_assert(strstr(text, want[i]), "missing %s in:\n%s", want[i], text);
-    free(text);
-    nd_metrics_destroy(m);
+    expect_lines(m, text, want, sizeof want / sizeof want[0]);
 }
