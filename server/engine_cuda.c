@@ -427,8 +427,9 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
      * with its own submission and completion on the stream. Larger batches copy their inputs
      * in (the copy engine reads host memory much faster than a kernel's loads over the bus
      * do), but up to direct_out_bytes of outputs the kernel still writes straight into the
-     * host staging: stores over the bus are posted, so they cost the kernel little, and the
-     * batch needs one driver call and one copy fewer. */
+     * host staging: stores over the bus are posted, so they lengthen the kernel by less than
+     * the copy back would take (H100, 8x4096 float16 batches at 64 connections: kernel
+     * 14.6 -> 22.8 us, the 20.7 us copy gone), and the batch needs two driver calls fewer. */
     const int zc = ce->zero_copy_bytes > 0 && in_end + out_end <= ce->zero_copy_bytes;
     const int zc_out = zc || out_end <= ce->direct_out_bytes;
     const double t_submit = now_us();

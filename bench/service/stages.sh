@@ -5,17 +5,15 @@
 # count reads /metrics, runs wrk with post_binary.lua for DURATION seconds, reads /metrics again
 # and prints, from the differences of normd_request_stage_seconds{stage} sums and counts, the mean
 # time per request in each stage (queue, input, compute and its device-timed parts h2d, kernel,
-# d2h, output, wakeup, total), the requests per batch, and the part of compute the device does not
-# account for (compute - h2d - kernel - d2h: submitting, and waiting to see completion).
-# With NSYS=1 and nsys on PATH it then runs the first configuration once more under
-# `nsys profile $NSYS_FLAGS` (CUDA API and OS runtime traces) at NSYS_CONNS connections and
-# prints nsys's summaries of the CUDA API calls, the OS runtime calls and the GPU work.
+# d2h, output, wakeup, total), the requests per batch, the part of compute the device does not
+# account for (compute - h2d - kernel - d2h: waiting to see completion, and submitting where the
+# device stamps an event before the next call reaches it), the daemon's CPU time per request and
+# the machine's busy cores.
 #
 # Environment: NORMD_BIN (build/normd), CONFIGS ("cuda null": backends), CONNS ("1 16 64 256"),
 # DURATION (5), WARM (2), WRK_THREADS (8), NORMD_EXTRA (daemon flags for every configuration),
-# NORMD_OP/NORMD_DTYPE/NORMD_SHAPE/NORMD_PROTO (as post_binary.lua), NSYS (0), NSYS_CONNS (16),
-# NSYS_FLAGS ("-t cuda,osrt --sample=none --cpuctxsw=none"),
-# WORK (logs; a temporary directory). Only 127.0.0.1 is contacted.
+# NORMD_OP/NORMD_DTYPE/NORMD_SHAPE/NORMD_PROTO (as post_binary.lua), WORK (logs; a temporary
+# directory). Only 127.0.0.1 is contacted.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,9 +23,6 @@ DURATION=${DURATION:-5}
 WARM=${WARM:-2}
 WRK_THREADS=${WRK_THREADS:-8}
 NORMD_EXTRA=${NORMD_EXTRA:-}
-NSYS=${NSYS:-0}
-NSYS_CONNS=${NSYS_CONNS:-16}
-NSYS_FLAGS=${NSYS_FLAGS:-"-t cuda,osrt --sample=none --cpuctxsw=none"}
 WORK=${WORK:-$(mktemp -d)}
 export NORMD_OP=${NORMD_OP:-layernorm} NORMD_DTYPE=${NORMD_DTYPE:-float16}
 export NORMD_SHAPE=${NORMD_SHAPE:-8,4096} NORMD_PROTO=${NORMD_PROTO:-v1}
@@ -72,27 +67,3 @@ for config in $CONFIGS; do
     done
     stop_daemon
 done
-
-if [ "$NSYS" = 1 ] && command -v nsys >/dev/null; then
-    config=${CONFIGS%% *}
-    rep=$WORK/normd-$config-c$NSYS_CONNS
-    log=$WORK/nsys-$config.log
-    # nsys starts normd; the daemon's pid is found by its port once it listens
-    # shellcheck disable=SC2086
-    nsys profile $NSYS_FLAGS -o "$rep" --force-overwrite true \
-        "${NORMD_BIN:-build/normd}" --listen 127.0.0.1:0 --backend "$config" $NORMD_EXTRA \
-        >"$log" 2>&1 &
-    nsys_pid=$!
-    for _ in $(seq 300); do
-        daemon_port=$(sed -n 's/^normd.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log")
-        [ -n "$daemon_port" ] && break
-        sleep 0.2
-    done
-    load 16 "$WARM" "$WORK/nsys-warm.log" >/dev/null
-    line=$(load "$NSYS_CONNS" "$DURATION" "$WORK/nsys-wrk.log")
-    echo "nsys: $config c=$NSYS_CONNS: $line"
-    pkill -TERM -f "normd --listen 127.0.0.1:0 --backend $config" || true
-    wait "$nsys_pid" || true
-    nsys stats -q -r cuda_api_sum,osrt_sum,cuda_gpu_sum --format column "$rep.nsys-rep" 2>&1 |
-        grep -v '^$' | cut -c1-160 | head -120
-fi
