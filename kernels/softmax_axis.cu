@@ -48,6 +48,16 @@
  *     L2: (8,32768,64) float32 46 -> 5 (8 MB), 15 (16 MB), 32 (32 MB). A slab has so few columns
  *     that the plan cuts them into hundreds of segments of a few rows a thread, and the slabs'
  *     launch pairs run one after another.
+ *   - A shared-memory tile path (H100; bench/results/axis_tile_h100.txt): a block copies a whole
+ *     column tile (all dim rows x W elements, W * sizeof(T) a multiple of 32 bytes dividing inner,
+ *     tiles of up to 64 KiB) into shared memory with cp.async, takes the columns' max and sum
+ *     from there and writes y 16 bytes a thread. Only float32 with short columns gained:
+ *     (128,128,16,16) ax0 88 -> 92 (softmax), 82 -> 95 (log_softmax). Everything else lost:
+ *     (32,1000,56,56) float32 78 -> 64, float16 58 -> 51; (512,896,4,12) float16 51 -> 39. The
+ *     tiles' rows are 32-64 byte pieces far apart, where the register plan reads 256 bytes of a
+ *     row at once, and a block computes nothing until its whole tile has arrived: ncu on the
+ *     float16 (32,1000,56,56) run showed 3 blocks (37.5% occupancy) per SM, DRAM 44% busy.
+ *     96 KiB tiles, or no shared-memory carveout request, changed nothing.
  */
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>

@@ -141,6 +141,11 @@ Test(gpu_axis, softmax_fixed_shapes)
     check_softmax_all(3, 3000, 1000, 0, &rng, "large inner, long column");
     /* the split path in slabs of outer indices (10 MB of float32 per outer index) */
     check_softmax_all(3, 40000, 64, 0, &rng, "(3,40000,64) axis 1 (split path, slabs)");
+    /* more inner widths (24, 8, 64, 1024) and column lengths (33 to 2048) */
+    check_softmax_all(5, 640, 24, 0, &rng, "(5,640,24)");
+    check_softmax_all(3, 2048, 8, 0, &rng, "(3,2048,8)");
+    check_softmax_all(100, 33, 64, 0, &rng, "(100,33,64)");
+    check_softmax_all(2, 300, 1024, 0, &rng, "(2,300,1024)");
     /* unaligned tensors: the pack shrinks but the result must not change */
     check_softmax_all(7, 100, 64, 1, &rng, "offset by one element");
     check_softmax_all(2, 9, 1, 1, &rng, "offset by one element, inner 1");
