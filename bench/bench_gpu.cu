@@ -12,7 +12,9 @@
  *   bench_gpu [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] [--cols N] [--csv PATH]
  *             [--quick]
  *
- * Prints a table and writes CSV (default bench/results/gpu.csv).
+ * Prints a table and writes CSV (default bench/results/gpu.csv). Each line ends with the plan the
+ * dispatch picked for that shape (nd_cuda_last_plan: kernel, packs, lanes, block, grid), so a
+ * number can be read next to the kernel that made it.
  */
 #include <cmath>
 #include <cstring>
@@ -122,11 +124,11 @@ int main(int argc, char **argv)
         return 1;
     }
     fprintf(f, "device,suite,op,dtype,shape,rows,cols,inner,bytes,time_us,gbps,ceiling_gbps,"
-            "pct_ceiling,copy_kernel_gbps,memcpy_gbps,copy_time_us\n");
+            "pct_ceiling,copy_kernel_gbps,memcpy_gbps,copy_time_us,plan\n");
     printf("device: %s (%d SMs, L2 %d MB)\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize >> 20);
-    printf("%-12s %-9s %-24s %10s %9s %9s %7s %9s\n", "op", "dtype", "shape", "time_us", "GB/s",
-           "ceil", "%ceil", "x_copy");
+    printf("%-12s %-9s %-24s %10s %9s %9s %7s %9s  %s\n", "op", "dtype", "shape", "time_us",
+           "GB/s", "ceil", "%ceil", "x_copy", "plan (the dispatch's pick)");
 
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -184,6 +186,11 @@ int main(int argc, char **argv)
                     exit(1);
                 }
             };
+            /* the dispatch's pick, from one traced call before the timed ones */
+            nd_cuda_plan_trace(1);
+            run(0);
+            nd_cuda_plan_trace(0);
+            const std::string plan = nd_cuda_last_plan();
             double t = time_graph(s, N, run);
             double tk, tm;
             time_ceiling(s, N, xs, ys, xb, &tk, &tm);
@@ -192,13 +199,13 @@ int main(int argc, char **argv)
             char dims[64];
             snprintf(dims, sizeof dims, "%lld,%lld,%lld", (long long)sh.outer, (long long)sh.dim,
                      (long long)sh.inner);
-            fprintf(f, "\"%s\",%s,%s,%s,\"%s\",%s,%.0f,%.3f,%.1f,%.1f,%.2f,%.1f,%.1f,%.3f\n",
+            fprintf(f, "\"%s\",%s,%s,%s,\"%s\",%s,%.0f,%.3f,%.1f,%.1f,%.2f,%.1f,%.1f,%.3f,\"%s\"\n",
                     prop.name, sh.suite.c_str(), sh.op.c_str(), nd_dtype_name(dt), sh.name.c_str(),
-                    dims, moved, t, gbps, ceil_g, 100.0 * gbps / ceil_g, gk, gm, tc);
+                    dims, moved, t, gbps, ceil_g, 100.0 * gbps / ceil_g, gk, gm, tc, plan.c_str());
             fflush(f);
-            printf("%-12s %-9s %-24s %10.2f %9.1f %9.1f %6.1f%% %8.2fx\n", sh.op.c_str(),
+            printf("%-12s %-9s %-24s %10.2f %9.1f %9.1f %6.1f%% %8.2fx  %s\n", sh.op.c_str(),
                    nd_dtype_name(dt), sh.name.c_str(), t, gbps, ceil_g, 100.0 * gbps / ceil_g,
-                   t / tk);
+                   t / tk, plan.c_str());
             fflush(stdout);
             for (int i = 0; i < k; i++) {
                 CK(cudaFree(xs[i]));

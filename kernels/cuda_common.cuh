@@ -76,6 +76,21 @@ typedef struct nd_cuda_device_info {
  * Returns ND_OK and sets *out, or ND_EDEVICE / ND_EUNSUPPORTED with a message. */
 nd_status nd_cuda_device_info_get(const nd_cuda_device_info **out, nd_error *err);
 
+/* The launch plan trace (nd_cuda_plan_trace in nd_ops.h): ND_PLAN starts this thread's line,
+ * ND_PLAN_MORE appends to it; both cost one load and a branch while the trace is off. */
+extern int nd_cuda_plan_on;
+void nd_cuda_plan_note(bool append, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define ND_PLAN(...)                                                                               \
+    do {                                                                                           \
+        if (nd_cuda_plan_on)                                                                       \
+            nd_cuda_plan_note(false, __VA_ARGS__);                                                 \
+    } while (0)
+#define ND_PLAN_MORE(...)                                                                          \
+    do {                                                                                           \
+        if (nd_cuda_plan_on)                                                                       \
+            nd_cuda_plan_note(true, __VA_ARGS__);                                                  \
+    } while (0)
+
 /* Softmax over a non-last axis (inner > 1), in kernels/softmax_axis.cu. a has passed
  * nd_softmax_args_check. nd_cuda_softmax calls it for every inner > 1. */
 nd_status nd_cuda_softmax_axis(const nd_softmax_args *a, int log, cudaStream_t stream,

@@ -6,6 +6,10 @@
  * nd_cuda_device_info per device the first time a kernel runs there; the launchers read SM count,
  * shared-memory limits and cluster support from it instead of constants tuned to one card.
  */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
 #include <mutex>
 
 #include "cuda_common.cuh"
@@ -22,6 +26,32 @@ extern "C" int nd_cuda_device_count(void)
         return 0;
     }
     return n;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Launch plan trace
+ * ------------------------------------------------------------------------------------------- */
+
+int nd_cuda_plan_on;
+static thread_local char plan_line[256];
+
+extern "C" void nd_cuda_plan_trace(int on)
+{
+    nd_cuda_plan_on = on != 0;
+}
+
+extern "C" const char *nd_cuda_last_plan(void)
+{
+    return plan_line;
+}
+
+void nd_cuda_plan_note(bool append, const char *fmt, ...)
+{
+    size_t used = append ? strlen(plan_line) : 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(plan_line + used, sizeof plan_line - used, fmt, ap);
+    va_end(ap);
 }
 
 /* ---------------------------------------------------------------------------------------------

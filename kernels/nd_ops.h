@@ -139,6 +139,13 @@ nd_status nd_cuda_rmsnorm(const nd_norm_args *a, void *stream, nd_error *err);
 nd_status nd_cuda_softmax(const nd_softmax_args *a, int log, void *stream, nd_error *err);
 nd_status nd_cuda_prelu(const nd_prelu_args *a, void *stream, nd_error *err);
 
+/* Launch plans, for benchmarks and debugging: after nd_cuda_plan_trace(1), each nd_cuda_* call on
+ * this thread records which kernel its dispatch picked and its geometry (one line, for example
+ * "warp W=8 packs=4 R=1 block=256 grid=1536"), and nd_cuda_last_plan() returns it ("" before
+ * any). Off by default, so that the service never formats one. */
+void nd_cuda_plan_trace(int on);
+const char *nd_cuda_last_plan(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -288,6 +288,8 @@ static cudaError_t launch_kernel(const nd_prelu_args *a, const prelu_geom &g, cu
         blocks = edge_blocks;
     if (blocks > INT32_MAX)
         return cudaErrorInvalidConfiguration;
+    ND_PLAN("prelu pack=%d unroll=%d index=%s block=%d grid=%lld", P, U, W32 ? "32-bit" : "64-bit",
+            B, (long long)blocks);
     if (a->alpha_count == 1)
         prelu_kernel<T, P, true, U, W32><<<(unsigned)blocks, B, 0, stream>>>(
             (const T *)a->x, (T *)a->y, (const T *)a->alpha, g);

@@ -839,6 +839,8 @@ static nd_status nd_rows_launch(void (*kernel)(KArgs...), int threads, int csize
     if (units * csize > 0x7fffffff)
         units = 0x7fffffff / csize;
     cfg.gridDim = dim3((unsigned)(units * csize));
+    ND_PLAN_MORE(" block=%d cluster=%d grid=%lld smem=%zu", threads, csize, (long long)(units * csize),
+                 smem);
     ND_CUDA_TRY(err, cudaLaunchKernelEx(&cfg, kernel, args...));
     ND_CUDA_CHECK_LAUNCH(err, name);
     return ND_OK;
@@ -932,6 +934,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                 constexpr int PACKS = decltype(pk)::value;
                 constexpr int RW = W == 4 ? Pol::kRowsInFlight4 : RIF;
                 constexpr int R = PACKS >= RW ? 1 : RW / PACKS;
+                ND_PLAN("warp W=%d packs=%d R=%d", W, PACKS, R);
                 return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R>, ND_ROWS_WARP_BLOCK,
                                       1, 0, (a.rows + (ND_ROWS_WARP_BLOCK / W) * R - 1) /
                                                 ((ND_ROWS_WARP_BLOCK / W) * R),
@@ -947,6 +950,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         return nd_rows_pick<Pol::kSubPacks / 2 + 1, PM>((int)((P + 31) / 32), [&](auto pk) {
             constexpr int PACKS = decltype(pk)::value;
             constexpr int R = PACKS >= RIF ? 1 : RIF / PACKS;
+            ND_PLAN("warp W=32 packs=%d R=%d", PACKS, R);
             return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, 32, R>, ND_ROWS_WARP_BLOCK,
                                   1, 0, (a.rows + (ND_ROWS_WARP_BLOCK / 32) * R - 1) /
                                          ((ND_ROWS_WARP_BLOCK / 32) * R),
@@ -964,6 +968,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             constexpr int TH = decltype(th)::value;
             return nd_rows_pick<(TH == BMIN ? 32 * PM / BMIN + 1 : PM / 2 + 1), PM>(packs, [&](auto pk) {
                 constexpr int PACKS = decltype(pk)::value;
+                ND_PLAN("block packs=%d", PACKS);
                 return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false>, TH, 1, 0,
                                       a.rows, di, s, err, name, a, prm);
             });
@@ -988,12 +993,14 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         int packs = (int)((P + (int64_t)csize * Pol::kBlockMax - 1) / ((int64_t)csize * Pol::kBlockMax));
         return nd_rows_pick<PM / 2 + 1, PM>(packs, [&](auto pk) { /* P > csize / 2 * cap_block */
             constexpr int PACKS = decltype(pk)::value;
+            ND_PLAN("cluster packs=%d", PACKS);
             return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, Pol::kBlockMax, true>,
                                   Pol::kBlockMax, csize, ND_ROWS_PREFETCH * (size_t)PACKS * Pol::kBlockMax * 16,
                                   a.rows, di, s, err, name, a, prm);
         });
     }
     int csize = max_cluster;
+    ND_PLAN("stream");
     return nd_rows_launch(nd_rows_stream_kernel<Op, T, VEC, Pol::kStreamThreads>,
                           Pol::kStreamThreads, csize, 0, a.rows, di, s, err, name, a, prm,
                           csize > 1 ? 1 : 0);

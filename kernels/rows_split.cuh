@@ -360,6 +360,8 @@ static nd_status nd_rows_split_try(const nd_rows_args<T> &a, const typename Op::
     ws.chunks = (int)chunks;
     cudaError_t ce = cudaMemsetAsync(ws_mem, 0xff, bytes, s); /* ticket ~0, slots empty */
     if (ce == cudaSuccess) {
+        ND_PLAN("split packs=%d block=%d chunks=%lld grid=%lld", PACKS, THREADS, (long long)chunks,
+                (long long)(a.rows * chunks));
         kernel<<<(unsigned)(a.rows * chunks), THREADS, 0, s>>>(a, prm, ws);
         ce = cudaGetLastError();
     }

@@ -664,6 +664,43 @@ Test(gpu_rows, bad_arguments)
     cr_expect_eq(nd_cuda_softmax(&s, 0, NULL, &err), ND_EINVAL);
 }
 
+/* The plan trace names the kernel the row dispatch picks, by row size, and only while it is on. */
+Test(gpu_rows, plan_trace_names_the_pick)
+{
+    need_device();
+    static const struct {
+        int64_t rows, cols;
+        const char *kind;
+    } cases[] = {{64, 128, "warp W="}, {64, 4096, "block "}, {4, 1 << 20, "split "}};
+    const size_t es = 2;
+    void *x = NULL, *y = NULL;
+    CUDA_OK(cudaMalloc(&x, (size_t)4 << 21));
+    CUDA_OK(cudaMalloc(&y, (size_t)4 << 21));
+    CUDA_OK(cudaMemset(x, 0, (size_t)4 << 21));
+    nd_error err = {{0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cr_assert((size_t)(cases[i].rows * cases[i].cols) * es <= (size_t)4 << 21);
+        nd_softmax_args a = {ND_FLOAT16, cases[i].rows, cases[i].cols, 1, x, y};
+        nd_cuda_plan_trace(1);
+        nd_status st = nd_cuda_softmax(&a, 0, NULL, &err);
+        nd_cuda_plan_trace(0);
+        cr_assert_eq(st, ND_OK, "%s", err.msg);
+        char plan[256];
+        snprintf(plan, sizeof plan, "%s", nd_cuda_last_plan());
+        cr_expect(strncmp(plan, cases[i].kind, strlen(cases[i].kind)) == 0,
+                  "%lld x %lld: plan \"%s\", expected it to start with \"%s\"",
+                  (long long)cases[i].rows, (long long)cases[i].cols, plan, cases[i].kind);
+        cr_expect(strstr(plan, " grid=") != NULL, "plan \"%s\" has no grid", plan);
+        /* with the trace off, a call leaves the line alone */
+        nd_softmax_args b = {ND_FLOAT16, 8, 32, 1, x, y};
+        cr_assert_eq(nd_cuda_softmax(&b, 0, NULL, &err), ND_OK, "%s", err.msg);
+        cr_expect_str_eq(nd_cuda_last_plan(), plan);
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    cudaFree(x);
+    cudaFree(y);
+}
+
 Test(gpu_rows, agrees_with_cpu_backend)
 {
     need_device();
