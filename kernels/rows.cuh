@@ -873,8 +873,9 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
  *   kRowsInFlight  packs a lane of the warp kernel loads before its first reduction (R rows)
  *   kRowsInFlight4 the same for groups of 4 lanes (rows of 5-8 packs)
  *   kSubPacks      packs per lane in the sub-warp kernel for rows of sub_full..16 * kSubPacks
- *                  packs; half as many below sub_full(element bytes) (8 * kSubPacks, or
- *                  4 * kSubPacks: from 4 lanes)
+ *                  packs; half as many below sub_full(element bytes) (8 * kSubPacks; for
+ *                  16-bit rows LayerNorm's is 4 * kSubPacks, softmax's 2 * kSubPacks and
+ *                  log_softmax's 4 * kSubPacks: from 2 or 4 lanes)
  *   kBlockMin, kBlockMax   block sizes of the block kernel (powers of two, 64 <= kBlockMin,
  *                  kBlockMax <= 8 * kBlockMin)
  *   kClusterMax    largest cluster (<= 16)

@@ -28,13 +28,29 @@
  * Policy
  * ------------------------------------------------------------------------------------------- */
 
-struct nd_softmax_policy {
+#ifndef ND_SM_SUB_FULL16 /* nd_softmax_policy<false>::sub_full(2) */
+#define ND_SM_SUB_FULL16 8
+#endif
+#ifndef ND_LSM_SUB_FULL16 /* nd_softmax_policy<true>::sub_full(2) */
+#define ND_LSM_SUB_FULL16 16
+#endif
+
+template <bool LOG> struct nd_softmax_policy {
     static constexpr int kRegBytes = 128;
     static constexpr int kRowsInFlight = 4;
     static constexpr int kRowsInFlight4 = 4;
     static constexpr int kSubPacks = 4;      /* packs per lane in the sub-warp kernel */
-    /* rows of this many packs and more take kSubPacks packs a lane */
-    static constexpr int sub_full(int) { return 8 * kSubPacks; }
+    /* Rows of this many packs and more take kSubPacks packs a lane: for 16-bit rows from 8 packs
+     * (softmax: 64-248 columns on 2-8 lanes of 4 packs, not 4-16 lanes of 2) or 16 (log_softmax:
+     * 128-248 columns), not 32. H100, bench_gpu, three alternating runs, % of the copy ceiling:
+     * softmax float16 / bfloat16 64 columns 88.7 / 88.0 -> 91.1 / 90.5, 128 columns 90.6 / 90.6 ->
+     * 92.1 / 92.1; log_softmax 128 columns 93.7 / 93.6 -> 94.5 / 94.2. log_softmax at 64 columns
+     * lost 5 points with 8 (99.6 / 99.3 -> 94.6 / 93.9). 32 and 256 columns and float32 rows are
+     * unchanged (bench/results/softmax_sub_full_h100.txt). */
+    static constexpr int sub_full(int elem_bytes)
+    {
+        return elem_bytes == 2 ? (LOG ? ND_LSM_SUB_FULL16 : ND_SM_SUB_FULL16) : 8 * kSubPacks;
+    }
     /* 64: rows of 257-512 packs (16-bit 4096 columns) in blocks of 64 threads x 8 packs rather
      * than 128 x 4: H200 softmax f16/bf16 4096 +6 points (91 -> 97%), log_softmax -1.3, float32
      * 1536-2048 within +-1 (the norms lost up to 3 points this way and keep 128) */
@@ -162,7 +178,7 @@ static nd_status softmax_run(const nd_softmax_args *a, cudaStream_t s, nd_error 
     ra.rows = a->outer;
     ra.cols = a->dim;
     nd_softmax_params p = {0};
-    return nd_rows_run<nd_softmax_op<LOG>, T, nd_softmax_policy>(
+    return nd_rows_run<nd_softmax_op<LOG>, T, nd_softmax_policy<LOG>>(
         ra, p, s, LOG ? "log_softmax" : "softmax", err);
 }
 
