@@ -141,8 +141,8 @@ nd_status nd_cuda_prelu(const nd_prelu_args *a, void *stream, nd_error *err);
 
 /* Launch plans, for benchmarks and debugging: after nd_cuda_plan_trace(1), each nd_cuda_* call on
  * this thread records which kernel its dispatch picked and its geometry (one line, for example
- * "warp W=8 packs=4 R=1 block=256 grid=1536"), and nd_cuda_last_plan() returns it ("" before
- * any). Off by default, so that the service never formats one. */
+ * "warp W=8 packs=4 R=1 block=128 cluster=1 grid=3072 smem=0"), and nd_cuda_last_plan() returns
+ * it ("" before any). Off by default, so that the service never formats one. */
 void nd_cuda_plan_trace(int on);
 const char *nd_cuda_last_plan(void);
 
