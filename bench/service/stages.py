@@ -7,9 +7,9 @@ requests per batch (normd_request_stage_seconds total count over normd_batches_t
 part of compute that the device did not time, per request: (sum of compute - sums of h2d, kernel,
 d2h) over the requests that ran; the device stages are summed, not averaged, because each is
 observed only on the requests that had it (a batch without copies has no h2d). stages.sh appends
-comment lines to each scrape: "# proc_ticks N" (the daemon's CPU time), "# clk_tck N" and
-"# cpu ..." (/proc/stat's first line); from them come the daemon's CPU time per request and the
-machine's busy cores during the run.
+comment lines to each scrape: "# proc_ticks N" (the daemon's CPU time), "# proc_minflt N" (its
+minor page faults), "# clk_tck N" and "# cpu ..." (/proc/stat's first line); from them come the
+daemon's CPU time and page faults per request and the machine's busy cores during the run.
 """
 import re
 import sys
@@ -22,7 +22,7 @@ def scrape(path):
     pat = re.compile(r'^(normd_request_stage_seconds_(?:sum|count))\{stage="(\w+)"\} (\S+)$')
     batches = 0.0
     for line in open(path):
-        if line.startswith("# proc_ticks ") or line.startswith("# clk_tck "):
+        if line.startswith(("# proc_ticks ", "# proc_minflt ", "# clk_tck ")):
             vals[line.split()[1]] = float(line.split()[2])
             continue
         if line.startswith("# cpu "):
@@ -52,13 +52,15 @@ def main():
     tck = v1.get("clk_tck", 100.0)
     cpu_us = ((v1.get("proc_ticks", 0) - v0.get("proc_ticks", 0)) / tck * 1e6 / n_total
               if n_total > 0 else 0.0)
+    faults = ((v1.get("proc_minflt", 0) - v0.get("proc_minflt", 0)) / n_total
+              if n_total > 0 else 0.0)
     ticks = v1.get("cpu_total", 0) - v0.get("cpu_total", 0)
     idle = v1.get("cpu_idle", 0) - v0.get("cpu_idle", 0)
     ncpu = len([1 for line in open("/proc/stat") if re.match(r"cpu\d", line)])
     busy = (ticks - idle) / ticks * ncpu if ticks > 0 else 0.0
     print(f"{config:6s} c={int(conns):<4d} {float(rps):8.0f} req/s p50 {float(p50):6.0f} "
           f"p99 {float(p99):6.0f} | {cols} | unacct {unacct:6.1f} | req/batch {per_batch:5.2f} "
-          f"| cpu {cpu_us:6.1f} us/req busy {busy:4.1f} of {ncpu}")
+          f"| cpu {cpu_us:6.1f} us/req faults {faults:5.2f}/req busy {busy:4.1f} of {ncpu}")
 
 
 if __name__ == "__main__":

@@ -41,11 +41,12 @@ load() {
 }
 
 # snap K: /metrics to $WORK/mK, with the daemon's CPU time (/proc/PID/stat utime + stime, in
-# clock ticks) and the machine's /proc/stat cpu line appended as comments, which Prometheus text
-# allows and stages.py reads
+# clock ticks), its minor page faults and the machine's /proc/stat cpu line appended as comments,
+# which Prometheus text allows and stages.py reads
 snap() {
     curl -s "http://127.0.0.1:$daemon_port/metrics" >"$WORK/m$1"
     { echo "# proc_ticks $(awk '{ print $14 + $15 }' "/proc/$daemon_pid/stat")"
+      echo "# proc_minflt $(awk '{ print $10 }' "/proc/$daemon_pid/stat")"
       echo "# clk_tck $(getconf CLK_TCK)"
       echo "# cpu $(head -1 /proc/stat)"; } >>"$WORK/m$1"
 }
