@@ -839,8 +839,8 @@ static nd_status nd_rows_launch(void (*kernel)(KArgs...), int threads, int csize
     if (units * csize > 0x7fffffff)
         units = 0x7fffffff / csize;
     cfg.gridDim = dim3((unsigned)(units * csize));
-    ND_PLAN_MORE(" block=%d cluster=%d grid=%lld smem=%zu", threads, csize, (long long)(units * csize),
-                 smem);
+    ND_PLAN_MORE(" block=%d cluster=%d grid=%lld smem=%zu", threads, csize,
+                 (long long)(units * csize), smem);
     ND_CUDA_TRY(err, cudaLaunchKernelEx(&cfg, kernel, args...));
     ND_CUDA_CHECK_LAUNCH(err, name);
     return ND_OK;

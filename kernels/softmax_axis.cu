@@ -737,8 +737,9 @@ nd_status nd_cuda_softmax_axis(const nd_softmax_args *a, int log, cudaStream_t s
     if (st != ND_OK)
         return st;
     axis_plan pl = plan_axis(a, nd_dtype_size(a->dtype), di->sm_count);
-    ND_PLAN("axis %s pack=%d rows=%d block=%ux%ux%u grid=%ux%u cluster=%d", pl.rows ? "cached" : "split",
-            pl.pack, pl.rows, pl.block.x, pl.block.y, pl.block.z, pl.grid.x, pl.grid.y, pl.g.cluster);
+    ND_PLAN("axis %s pack=%d rows=%d block=%ux%ux%u grid=%ux%u cluster=%d",
+            pl.rows ? "cached" : "split", pl.pack, pl.rows, pl.block.x, pl.block.y, pl.block.z,
+            pl.grid.x, pl.grid.y, pl.g.cluster);
     cudaError_t ce;
     switch (a->dtype) {
     case ND_FLOAT16: ce = launch_typed<__half>(pl, a->x, a->y, log != 0, stream); break;

@@ -14,7 +14,8 @@ daemon's CPU time and page faults per request and the machine's busy cores durin
 import re
 import sys
 
-STAGES = ["queue", "input", "compute", "submit", "h2d", "kernel", "d2h", "output", "wakeup", "total"]
+STAGES = ["queue", "input", "compute", "submit", "h2d", "kernel", "d2h", "output", "wakeup",
+          "total"]
 
 
 def scrape(path):
