@@ -125,11 +125,18 @@ struct nd_layernorm_op {
      * 7 -> 6 blocks) and 128-thread blocks of 3 packs (56 -> 59..64, 9 -> 8), measured at 4 to 6
      * points of the copy ceiling (H200). At 7 warp-kernel blocks (72 registers) every warp
      * kernel but 16-bit lanes of 7 or 8 packs, and at 9 blocks (56) those block kernels, fit
-     * without spilling (nvcc 13, -Xptxas -v). */
+     * without spilling (nvcc 13, -Xptxas -v). 16-bit blocks of 7-8 packs a thread spilled 24
+     * bytes at 64 registers (after ND_ROWS_PIPE16_MAX_PACKS) and none at 896 threads an SM:
+     * 7 blocks of 128 (72 registers), 3 of 256 (80). H100, three alternating runs, float16 /
+     * bfloat16: 8192 columns 94.6 / 94.6 -> 98.9 / 98.9% of the copy ceiling, 16384 95.6 / 95.6
+     * -> 98.6 / 98.3. Blocks of 512 keep 2 an SM: 1 (128 registers) took 32768 columns from
+     * 93.7 to 84. */
     static constexpr int min_blocks(int kind, int elem_bytes, int packs, int threads)
     {
         return kind == ND_CTX_WARP ? (elem_bytes == 2 && packs >= 7 ? 0 : 7)
-                                   : (threads == 128 && packs <= 3 ? 9 : 0);
+               : threads == 128 && packs <= 3 ? 9
+               : elem_bytes == 2 && packs >= 7 && threads <= 256 ? 896 / threads
+                                                                 : 0;
     }
     /* Tried: 16-bit rows in the plain block kernel at 4 packs a thread in larger blocks (up to
      * 512 threads) instead of 8, which spill 276 bytes a thread at the 64-register cap (nvcc 13,

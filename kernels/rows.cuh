@@ -350,6 +350,25 @@ enum { ND_ROWS_WARP_BLOCK = 128 };
 #ifndef ND_ROWS_PARAM_PIPE_BLOCK
 #define ND_ROWS_PARAM_PIPE_BLOCK 1
 #endif
+/* The block and split kernels pipe 16-bit rows of at most this many packs a thread. With the
+ * pipe, LayerNorm's 16-bit kernels of 6-8 packs spilled 20-284 bytes a thread at their
+ * 64-register cap (nvcc 13, -Xptxas -v), without it 0-28. H100, bench_gpu, three alternating
+ * runs each, float16 / bfloat16 % of the copy ceiling, pipe at 8 packs -> not: 8192 columns
+ * 87.7 / 87.8 -> 94.6 / 94.6, 16384 88.3 / 88.5 -> 95.6 / 95.6, 32768 87.9 / 88.0 -> 93.7 / 93.5,
+ * and in the split kernel 65536 76.1 / 76.0 -> 81.5 / 81.4, 262144 74.2 / 73.9 -> 77.4 / 77.1,
+ * 1048576 72.0 / 70.9 -> 74.8 / 74.2; float32 unchanged (bench/results/ln16_pipe_h100.txt).
+ * The warp kernel keeps its pipe at every 16-bit width, though LayerNorm's lanes of 5-8 packs
+ * spill 32-158 bytes with it and none without: without it, 2048 columns went float16 96.8 ->
+ * 96.0 and bfloat16 95.0 -> 95.4, and RMSNorm at 1536-2048 lost 0.3-1.1 points. */
+#ifndef ND_ROWS_PIPE16_MAX_PACKS
+#define ND_ROWS_PIPE16_MAX_PACKS 5
+#endif
+/* Whether the block and split kernels pipe the parameters of rows of PACKS packs of T a thread
+ * (float32 rows of 7-8 packs keep the old order, see above; 16-bit, ND_ROWS_PIPE16_MAX_PACKS). */
+template <class T> __host__ __device__ constexpr bool nd_block_pipe_ok(int packs)
+{
+    return sizeof(T) == 4 ? packs < 7 : packs <= ND_ROWS_PIPE16_MAX_PACKS;
+}
 
 /* The warp kernel holds R rows per lane and more indexing: 768 threads (80 registers). */
 #ifndef ND_ROWS_WARP_MIN_THREADS_PER_SM
@@ -668,7 +687,7 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
             prefetch(row + step);
         /* ND_ROWS_PARAM_PIPE_BLOCK: the first pack's parameters, loaded with x */
         constexpr bool PIPE = ND_ROWS_PARAM_PIPE_BLOCK && Op::kParams >= 2 &&
-                              !(sizeof(T) == 4 && PACKS >= 7);
+                              nd_block_pipe_ok<T>(PACKS);
         nd_param_pipe<Op, T, VEC> pp;
         bool pipe = false;
         if constexpr (PIPE) {

@@ -287,7 +287,7 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
                                        Op::kPad, &v[0].w[i * 4]);
     /* ND_ROWS_PARAM_PIPE_SPLIT, as in the block kernel: the first pack's parameters with x */
     constexpr bool PIPE = ND_ROWS_PARAM_PIPE_SPLIT && Op::kParams >= 2 &&
-                          !(sizeof(T) == 4 && PACKS >= 7);
+                          nd_block_pipe_ok<T>(PACKS);
     nd_param_pipe<Op, T, VEC> pp;
     bool pipe = false;
     if constexpr (PIPE) {
