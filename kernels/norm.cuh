@@ -25,10 +25,13 @@
 
 struct nd_norm_policy {
     static constexpr int kRegBytes = 128;    /* bytes of the row per thread held in registers */
-    static constexpr int kRowsInFlight = 2;  /* packs per lane in flight in the warp kernel */
-    /* 4 for groups of 4 lanes (float32 32 / 16-bit 64 columns): H200 +12 to +15 points of the
-     * copy ceiling there; 4 everywhere lost 9-13 at 2 lanes (16-bit 32) and 1-3 at 8 */
-    static constexpr int kRowsInFlight4 = 4;
+    /* Packs a lane of the warp kernel loads before its first reduction (R = that / packs rows,
+     * at least 1), for groups of w lanes of `packs` packs: 2, and 4 for groups of 4 lanes
+     * (float32 32 / 16-bit 64 columns): H200 +12 to +15 points of the copy ceiling there; 4
+     * everywhere lost 9-13 at 2 lanes (16-bit 32) and 1-3 at 8. H100, LayerNorm, three
+     * alternating runs: 4 everywhere else lost 15 points at 32 columns and 5 at float32 64; 8
+     * for groups of 4 lanes lost 30 at 16-bit 64 columns (bench/results/short_rows_h100.txt). */
+    static constexpr int rows_in_flight(int w, int) { return w == 4 ? 4 : 2; }
     static constexpr int kSubPacks = 4;      /* packs per lane in the sub-warp kernel */
     /* rows of this many packs and more take kSubPacks packs a lane */
     static constexpr int sub_full(int) { return 8 * kSubPacks; }

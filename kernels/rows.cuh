@@ -889,8 +889,8 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
  * The dispatch by row size, one place for every op. Pol (the op's policy) gives:
  *   kRegBytes      bytes of the row one thread keeps in registers (in the storage type, so a
  *                  16-bit row holds twice the elements of a float32 row per thread)
- *   kRowsInFlight  packs a lane of the warp kernel loads before its first reduction (R rows)
- *   kRowsInFlight4 the same for groups of 4 lanes (rows of 5-8 packs)
+ *   rows_in_flight(w, packs)  packs a lane of the warp kernel loads before its first
+ *                  reduction, in groups of w lanes of `packs` packs (R = that / packs rows, >= 1)
  *   kSubPacks      packs per lane in the sub-warp kernel for rows of sub_full..16 * kSubPacks
  *                  packs; half as many below sub_full(element bytes) (8 * kSubPacks; for
  *                  16-bit rows LayerNorm's is 4 * kSubPacks, softmax's 2 * kSubPacks and
@@ -940,7 +940,6 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
      * take the smaller rows, as noted at each): a lower start would only compile kernels that no
      * row reaches. Were one reached all the same, its n would go to the start's kernel, which
      * handles shorter rows too. */
-    constexpr int RIF = Pol::kRowsInFlight;
     /* sub-warp groups of W lanes, SP packs per lane (W = P / SP rounded up to a power of two);
      * SP = kSubPacks takes P >= sub_full(element size) packs: sub_full / SP lanes or more */
     auto sub_warp = [&](auto sp) {
@@ -952,7 +951,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             constexpr int W = 1 << decltype(lw)::value;
             return nd_rows_pick<(W == 1 ? 1 : SP), SP>((int)P, [&](auto pk) {
                 constexpr int PACKS = decltype(pk)::value;
-                constexpr int RW = W == 4 ? Pol::kRowsInFlight4 : RIF;
+                constexpr int RW = Pol::rows_in_flight(W, PACKS);
                 constexpr int R = PACKS >= RW ? 1 : RW / PACKS;
                 ND_PLAN("warp W=%d packs=%d R=%d", W, PACKS, R);
                 return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R>, ND_ROWS_WARP_BLOCK,
@@ -969,7 +968,8 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
     if (P <= 32 * PM) { /* P > 16 * kSubPacks: more than kSubPacks / 2 packs per lane */
         return nd_rows_pick<Pol::kSubPacks / 2 + 1, PM>((int)((P + 31) / 32), [&](auto pk) {
             constexpr int PACKS = decltype(pk)::value;
-            constexpr int R = PACKS >= RIF ? 1 : RIF / PACKS;
+            constexpr int RW = Pol::rows_in_flight(32, PACKS);
+            constexpr int R = PACKS >= RW ? 1 : RW / PACKS;
             ND_PLAN("warp W=32 packs=%d R=%d", PACKS, R);
             return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, 32, R>, ND_ROWS_WARP_BLOCK,
                                   1, 0, (a.rows + (ND_ROWS_WARP_BLOCK / 32) * R - 1) /
