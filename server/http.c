@@ -372,15 +372,19 @@ static enum MHD_Result begin_request(conn *c, const char *url, const char *metho
                                           "(--max-body-bytes)",
                                   declared, s->cfg.max_body_bytes);
     /* The byte budget: a request is charged CHARGE_PER_BYTE times its body from now until it
-     * completes; one that would pass the budget is turned away before its body is read. */
+     * completes; one that would pass the budget is turned away before its body is read, and
+     * gives its charge back at once, not when its 503 has been sent (until then it would turn
+     * others away, and a client that has read the 503 would still see it in the metric). */
     if (declared) {
         long long charge = CHARGE_PER_BYTE * (long long)declared;
         long long after = atomic_fetch_add(&s->inflight_bytes, charge) + charge;
-        c->charged = charge;
-        if (after > (long long)s->cfg.max_inflight_bytes && after != charge)
+        if (after > (long long)s->cfg.max_inflight_bytes && after != charge) {
+            atomic_fetch_sub(&s->inflight_bytes, charge);
             return nd_conn_send_error(c, 503, "%llu-byte body would pass the in-flight byte "
                                               "budget of %zu (--max-inflight-bytes); retry later",
                                       declared, s->cfg.max_inflight_bytes);
+        }
+        c->charged = charge;
         /* Reserve what the client declared, up to BODY_RESERVE_MAX: a declared length is a
          * promise, not bytes, and many idle connections must not pin large buffers. */
         size_t want = declared + 1 < BODY_RESERVE_MAX ? declared + 1 : BODY_RESERVE_MAX;
