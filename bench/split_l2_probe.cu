@@ -25,10 +25,10 @@
  *   128x1048576 f32/f16  85.4/86.3   86.4/90.3   (rows of 4 / 2 MB: K = 2 / 4)
  * 2-4 MB of lag lose 3-9 points (stats and apply blocks too close, the applies wait), 16-32 MB
  * lose 15-30 (x evicted before its second read; mode 3 holds on a little longer). +1 to +4 points
- * over the library: not taken yet, because the ops' statistics would need a partial/combine form
- * (softmax's max and sum as one online pair, LayerNorm's shifted sums from the row's first
- * element) in place of the all-reduce interface every row kernel shares, and float32 rows of 1M
- * columns, where rows are coarse units of lag, stay below 90%.
+ * over the library. Built into the split kernel with each op's own statistics run by both kinds
+ * of block (every op makes one all-reduce there), it lost 5-13 points on 16-bit rows and won only
+ * float32 rows of 32768 columns (bench/results/split_two_phase_h100.txt): the statistics blocks
+ * have to stay as lean as this probe's, and the apply blocks must not redo the statistics.
  *
  * Usage: split_l2_probe (no arguments; prints one line per dtype and shape)
  */

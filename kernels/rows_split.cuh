@@ -45,6 +45,10 @@
  * 128x1048576 unchanged. Still 15-40 points from the ceiling where the block kernel, the same
  * block shape without the cross-block step, reaches 96-98%: a block waits, its registers held
  * and no loads in flight, for the slowest chunk of its row.
+ * Tried: two phases, statistics blocks that publish and end and apply blocks ~8 MB of x later
+ * that re-read their chunk from L2 (bench/split_l2_probe.cu: +1 to +4 points for a lean RMSNorm).
+ * With the ops' statistics run in both blocks, 16-bit rows lost 5-13 points on an H100
+ * (bench/results/split_two_phase_h100.txt).
  */
 #ifndef ND_ROWS_SPLIT_CUH
 #define ND_ROWS_SPLIT_CUH
