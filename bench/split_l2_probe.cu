@@ -215,18 +215,8 @@ template <class T> static void run(long rows, long cols, nd_dtype dt, const char
     CK(cudaMalloc(&w, cols * sizeof(T)));
     const size_t wsb = 16 + (size_t)rows * C * 4;
     CK(cudaMalloc(&ws, wsb));
-    {
-        std::vector<T> h(n > (1 << 24) ? (1 << 24) : n);
-        for (size_t i = 0; i < h.size(); i++)
-            h[i] = (T)((float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f);
-        for (long off = 0; off < n; off += (long)h.size())
-            CK(cudaMemcpy((T *)x + off, h.data(), std::min((long)h.size(), n - off) * sizeof(T),
-                          cudaMemcpyHostToDevice));
-        std::vector<T> hw(cols);
-        for (long i = 0; i < cols; i++)
-            hw[i] = (T)(0.5f + (float)(i % 7) / 7.0f);
-        CK(cudaMemcpy(w, hw.data(), cols * sizeof(T), cudaMemcpyHostToDevice));
-    }
+    fill(dt, x, n, 1, -1.0f, 1.0f);
+    fill(dt, w, cols, 2, 0.5f, 1.5f);
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
