@@ -42,8 +42,9 @@ template <bool LOG> struct nd_softmax_policy {
      * groups of 8 or more (R = 4). H100, three alternating runs, % of the copy ceiling, R = 2
      * (4 for every lane) -> as here: softmax float16 / bfloat16 32 columns (2 lanes) 89.7 /
      * 90.5 -> 100.9 / 101.1, log_softmax 96.7 / 96.8 -> 103.8 / 104.0; float32 64 (8 lanes)
-     * softmax 94.2 -> 96.7, log_softmax 95.2 -> 97.3; 128-512 columns unchanged. 8 for every lane lost 5 points at float32 128 columns and 14 at 16-bit 256 (R = 2 of 4
-     * packs); 8 for groups of 4 lanes lost 16 at float32 32 and 12 at 16-bit 128
+     * softmax 94.2 -> 96.7, log_softmax 95.2 -> 97.3; 128-512 columns unchanged. 8 for every
+     * lane lost 5 points at float32 128 columns and 14 at 16-bit 256 (R = 2 of 4 packs); 8 for
+     * groups of 4 lanes lost 16 at float32 32 and 12 at 16-bit 128
      * (bench/results/short_rows_h100.txt). */
     static constexpr int rows_in_flight(int w, int packs)
     {
