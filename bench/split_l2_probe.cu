@@ -236,48 +236,43 @@ template <class T> static void run(long rows, long cols, nd_dtype dt, const char
         }
         return median(ms);
     };
-    const float t_copy = timeit([&] { CK(cudaMemcpyAsync(y2, x, bytes, cudaMemcpyDeviceToDevice)); });
+    const float t_copy =
+        timeit([&] { CK(cudaMemcpyAsync(y2, x, bytes, cudaMemcpyDeviceToDevice)); });
     nd_norm_args a = {dt, rows, cols, x, y2, w, NULL, 1e-5f, NULL, NULL};
-    nd_error err;
-    const float t_lib = timeit([&] {
+    auto run_lib = [&] {
+        nd_error err;
         if (nd_cuda_rmsnorm(&a, 0, &err) != ND_OK) {
             fprintf(stderr, "lib: %s\n", err.msg);
             exit(1);
         }
-    });
-    const double gb = 2.0 * bytes / 1e9;
+    };
+    const float t_lib = timeit(run_lib);
     printf("%-8s %5ldx%-8ld C=%-3d copy %7.1f us | lib %7.1f us %5.1f%%", dname, rows, cols, C,
            t_copy * 1e3, t_lib * 1e3, 100.0 * t_copy / t_lib);
+    /* whole rows of lag for lag_mb MB of x, at least one and at most all */
     const long row_bytes = cols * (long)sizeof(T);
+    auto lag_rows = [&](long lag_mb) {
+        return (int)std::min(rows, std::max(1L, (lag_mb << 20) / row_bytes));
+    };
+    auto run_probe = [&](int K, int mode) {
+        CK(cudaMemsetAsync(ws, 0xff, wsb)); /* slots empty */
+        CK(cudaMemsetAsync(ws, 0, 4));      /* ticket 0 */
+        twophase<T><<<(unsigned)(2 * rows * C), TH>>>(
+            (const uint4 *)x, (uint4 *)y, (const uint4 *)w, rows, P, C, K, (unsigned *)ws,
+            (unsigned *)((char *)ws + 16), 1e-5f, cols, mode);
+        CK(cudaGetLastError());
+    };
     for (int mode = 0; mode < 4; mode += 3)
         for (long lag_mb : {2L, 4L, 8L, 16L, 32L}) {
-            int K = (int)std::max(1L, (lag_mb << 20) / row_bytes);
-            if (K > rows)
-                K = (int)rows;
-            auto launch = [&] {
-                CK(cudaMemsetAsync(ws, 0xff, wsb));
-                CK(cudaMemsetAsync(ws, 0, 4));
-                twophase<T><<<(unsigned)(2 * rows * C), TH>>>(
-                    (const uint4 *)x, (uint4 *)y, (const uint4 *)w, rows, P, C, K,
-                    (unsigned *)ws, (unsigned *)((char *)ws + 16), 1e-5f, cols, mode);
-                CK(cudaGetLastError());
-            };
-            const float t = timeit(launch);
+            const int K = lag_rows(lag_mb);
+            const float t = timeit([&] { run_probe(K, mode); });
             printf(" | m%d lag %2ldMB K=%-4d %5.1f%%", mode, lag_mb, K, 100.0 * t_copy / t);
         }
     /* the probe's output against the library's (y2), on three stretches of 1M elements */
-    if (nd_cuda_rmsnorm(&a, 0, &err) != ND_OK) {
-        fprintf(stderr, "lib: %s\n", err.msg);
-        exit(1);
-    }
+    run_lib();
+    run_probe(lag_rows(8), 0);
+    CK(cudaDeviceSynchronize());
     {
-        int K = (int)std::min(rows, std::max(1L, (8L << 20) / row_bytes));
-        CK(cudaMemsetAsync(ws, 0xff, wsb));
-        CK(cudaMemsetAsync(ws, 0, 4));
-        twophase<T><<<(unsigned)(2 * rows * C), TH>>>((const uint4 *)x, (uint4 *)y, (const uint4 *)w,
-                                                       rows, P, C, K, (unsigned *)ws,
-                                                       (unsigned *)((char *)ws + 16), 1e-5f, cols, 0);
-        CK(cudaDeviceSynchronize());
         std::vector<T> a1(1 << 20), a2(1 << 20);
         double md = 0;
         for (long off : {0L, n / 2, n - (1L << 20)}) {
@@ -288,7 +283,10 @@ template <class T> static void run(long rows, long cols, nd_dtype dt, const char
         }
         printf(" | maxdiff %.3g\n", md);
     }
-    cudaFree(x); cudaFree(y); cudaFree(y2); cudaFree(w); cudaFree(ws);
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    for (void *p : {x, y, y2, w, ws})
+        CK(cudaFree(p));
 }
 
 int main()
