@@ -34,6 +34,25 @@ extern "C" {
 #define ND_V2_ID_MAX 256
 #define ND_V2_VERSION "1"
 
+/* The system shared memory extension (Triton's): a tensor named by a registered region instead
+ * of carried in the body. An input or output with parameters.shared_memory_region (and
+ * shared_memory_byte_size, and optionally shared_memory_offset) is read from or written to that
+ * region. The parser only records the reference; the server resolves the region's name. */
+#define ND_V2_SHM_NAME_MAX 64 /* bytes of a region name, NUL included */
+
+typedef struct nd_v2_shm_ref {
+    char region[ND_V2_SHM_NAME_MAX]; /* "" when the tensor is not in shared memory */
+    uint64_t offset;                 /* into the region */
+    uint64_t byte_size;              /* as the request says: an input's exact size; at least the
+                                      * output's size for an output */
+    int index;                       /* position in "inputs" / "outputs", for messages */
+} nd_v2_shm_ref;
+
+/* The inputs that may live in shared memory (rmsnorm's weight takes gamma's place, as in
+ * nd_request), and the outputs. */
+enum { ND_V2_IN_X, ND_V2_IN_GAMMA, ND_V2_IN_BETA, ND_V2_IN_ALPHA, ND_V2_IN_COUNT };
+enum { ND_V2_OUT_Y, ND_V2_OUT_MEAN, ND_V2_OUT_RSTD, ND_V2_OUT_COUNT };
+
 /* A parsed v2 inference request: the operator request both protocols share, plus what only v2
  * has. */
 typedef struct nd_v2_request {
@@ -50,7 +69,17 @@ typedef struct nd_v2_request {
                                * op has. noutputs entries */
     int noutputs;
     int64_t timeout_us;     /* the "timeout" request parameter, 0 when absent */
+    /* Tensors in shared memory. An input here has its req pointer (x, gamma, beta, alpha) left
+     * NULL for the server to set; an output here is answered with its region's parameters and
+     * no data, and is never in binary_outputs. */
+    nd_v2_shm_ref in_shm[ND_V2_IN_COUNT];
+    nd_v2_shm_ref out_shm[ND_V2_OUT_COUNT];
+    int nshm;               /* how many of the above name a region */
 } nd_v2_request;
+
+/* The byte size of output ND_V2_OUT_* k of a parsed request (y: x's size; mean, rstd: one float
+ * per row). */
+uint64_t nd_v2_output_bytes(const nd_v2_request *r, int k);
 
 /*
  * Parse POST /v2/models/{op}/infer. header_len is the Inference-Header-Content-Length header's
@@ -58,7 +87,9 @@ typedef struct nd_v2_request {
  * non-negative decimal integer or runs past the body, an unknown or duplicate input name, a missing
  * x, a datatype other than FP32/FP16/BF16 or inputs of different datatypes, a shape and data size
  * that disagree, binary sizes that do not add up to the body, BF16 as JSON data, an output name
- * the op does not have; 413 past max_elems (as nd_proto_parse_json). Tensors in binary point into
+ * the op does not have, shared memory parameters that are incomplete, combined with data or
+ * binary_data_size, or of the wrong size (an input's byte size must be its tensor's; an output's
+ * at least its tensor's); 413 past max_elems (as nd_proto_parse_json). Tensors in binary point into
  * body, which must outlive the request, at whatever alignment their offset gives (read them through
  * memcpy, as the /v1 binary form's); JSON data is copied into req.owned. Returns 0 or an HTTP
  * status with a message in err naming the field ("inputs[1].shape: ..."); on failure *out is
@@ -97,8 +128,9 @@ int nd_v2_encode_infer_room(const nd_v2_request *r, void *y, size_t y_room, cons
 /* ---- the other documents, each malloc'ed and NUL-terminated (NULL on allocation failure) ----
  * They come from jansson's json_dumps: free() them unless jansson's allocator is replaced. */
 
-/* GET /v2: {"name":"normd","version":version,"extensions":[...]} */
-char *nd_v2_server_metadata_json(const char *version);
+/* GET /v2: {"name":"normd","version":version,"extensions":[...]}; "system_shared_memory" is
+ * among the extensions when system_shared_memory is not 0. */
+char *nd_v2_server_metadata_json(const char *version, int system_shared_memory);
 
 /* GET /v2/models/{op}: {"name","versions":["1"],"platform":"normd","inputs":[...],"outputs":[...]}
  * with -1 for variable dims. */

@@ -108,6 +108,12 @@ static unsigned output_bit(const char *name)
     return 0;
 }
 
+/* ND_V2_OUT_* of an output bit (the outputs table's order). */
+static int output_index(unsigned bit)
+{
+    return bit == ND_OUT_Y ? ND_V2_OUT_Y : bit == ND_OUT_MEAN ? ND_V2_OUT_MEAN : ND_V2_OUT_RSTD;
+}
+
 static const char *output_name(unsigned bit)
 {
     for (int k = 0; k < NOUTPUTS; k++)
@@ -188,9 +194,69 @@ typedef struct input {
     nd_dtype dtype;
     int ndim;
     int64_t shape[ND_MAX_DIMS];
-    const nd_json_tensor *data; /* NULL when the values are binary */
+    const nd_json_tensor *data; /* NULL when the values are binary or in shared memory */
     int64_t binary_size; /* parameters.binary_data_size; -1 when absent */
+    nd_v2_shm_ref shm;   /* parameters.shared_memory_*; region "" when absent */
 } input;
+
+/* Where each input slot goes in nd_v2_request.in_shm (rmsnorm's weight is gamma's place). */
+static const int slot_shm[S_COUNT] = {
+    [S_X] = ND_V2_IN_X,         [S_GAMMA] = ND_V2_IN_GAMMA, [S_BETA] = ND_V2_IN_BETA,
+    [S_WEIGHT] = ND_V2_IN_GAMMA, [S_ALPHA] = ND_V2_IN_ALPHA,
+};
+
+/* A non-negative integer parameter; 0 when absent (*v untouched), else 0 or 400. */
+static int read_count(const json_t *params, const char *key, const char *where, size_t i,
+                      uint64_t *v, nd_error *err)
+{
+    const json_t *n = member(params, key);
+    if (!n)
+        return 0;
+    if (!json_is_integer(n))
+        return nd_proto_fail(err, 400, "%s[%zu].parameters.%s: expected an integer, got %s",
+                             where, i, key, nd_json_type_name(n));
+    if (json_integer_value(n) < 0)
+        return nd_proto_fail(err, 400, "%s[%zu].parameters.%s=%lld: must be at least 0", where,
+                             i, key, (long long)json_integer_value(n));
+    *v = (uint64_t)json_integer_value(n);
+    return 0;
+}
+
+/* The shared memory extension's parameters of inputs[i] or outputs[i] (where: "inputs" or
+ * "outputs"): shared_memory_region and shared_memory_byte_size together or neither, and
+ * shared_memory_offset only with them. ref->region stays "" when the tensor is not in shared
+ * memory. */
+static int read_shm(const json_t *params, const char *where, size_t i, nd_v2_shm_ref *ref,
+                    nd_error *err)
+{
+    const json_t *region = member(params, "shared_memory_region");
+    const json_t *size = member(params, "shared_memory_byte_size");
+    const json_t *off = member(params, "shared_memory_offset");
+    if (!region && !size && !off)
+        return 0;
+    if (!region || !size)
+        return nd_proto_fail(err, 400,
+                             "%s[%zu].parameters: shared_memory_region and "
+                             "shared_memory_byte_size go together (%s is missing)",
+                             where, i, region ? "shared_memory_byte_size" : "shared_memory_region");
+    if (!json_is_string(region))
+        return nd_proto_fail(err, 400,
+                             "%s[%zu].parameters.shared_memory_region: expected a string, got %s",
+                             where, i, nd_json_type_name(region));
+    size_t n = json_string_length(region);
+    if (n == 0 || n >= sizeof ref->region)
+        return nd_proto_fail(err, 400,
+                             "%s[%zu].parameters.shared_memory_region: a region name has 1 to %zu "
+                             "bytes, got %zu",
+                             where, i, sizeof ref->region - 1, n);
+    int rc;
+    if ((rc = read_count(params, "shared_memory_byte_size", where, i, &ref->byte_size, err)) ||
+        (rc = read_count(params, "shared_memory_offset", where, i, &ref->offset, err)))
+        return rc;
+    memcpy(ref->region, json_string_value(region), n + 1);
+    ref->index = (int)i;
+    return 0;
+}
 
 /* Reads inputs[i] into the slot its name gives; checks the name, datatype and shape's form. */
 static int read_input(const nd_json_doc *doc, nd_op op, const json_t *in, size_t i,
@@ -281,14 +347,22 @@ static int read_input(const nd_json_doc *doc, nd_op op, const json_t *in, size_t
                                      i, (long long)json_integer_value(bs));
             t->binary_size = json_integer_value(bs);
         }
+        int rc = read_shm(params, "inputs", i, &t->shm, err);
+        if (rc)
+            return rc;
     }
 
     const json_t *data = member(in, "data");
-    if (data && t->binary_size >= 0)
+    const int ways = (data != NULL) + (t->binary_size >= 0) + (t->shm.region[0] != '\0');
+    if (ways > 1)
         return nd_proto_fail(err, 400,
-                             "inputs[%zu]: has both data and parameters.binary_data_size; send "
-                             "the values one way",
-                             i);
+                             "inputs[%zu]: has %s; send the values one way",
+                             i, !data ? "both parameters.binary_data_size and "
+                                        "parameters.shared_memory_region"
+                                : t->binary_size >= 0 ? "both data and "
+                                                        "parameters.binary_data_size"
+                                                      : "both data and "
+                                                        "parameters.shared_memory_region");
     if (data && !(t->data = nd_json_doc_tensor(doc, i, data)))
         return nd_proto_fail(err, 400, "inputs[%zu].data: expected an array of numbers, got %s",
                              i, nd_json_type_name(data));
@@ -454,6 +528,21 @@ static int read_outputs(const json_t *outs, nd_v2_request *r, int binary_default
                                          i, nd_json_type_name(b));
                 binary = json_is_true(b);
             }
+            const int k = output_index(bit);
+            nd_v2_shm_ref *ref = &r->out_shm[k];
+            if ((rc = read_shm(params, "outputs", i, ref, err)))
+                return rc;
+            if (ref->region[0]) {
+                const uint64_t need = nd_v2_output_bytes(r, k);
+                if (ref->byte_size < need)
+                    return nd_proto_fail(err, 400,
+                                         "outputs[%zu].parameters.shared_memory_byte_size=%llu: "
+                                         "%s is %llu bytes",
+                                         i, (unsigned long long)ref->byte_size, output_name(bit),
+                                         (unsigned long long)need);
+                binary = 0; /* the values go to the region, not into the answer */
+                r->nshm++;
+            }
         }
         r->output_order[r->noutputs++] = bit;
         if (binary)
@@ -462,10 +551,20 @@ static int read_outputs(const json_t *outs, nd_v2_request *r, int binary_default
     return 0;
 }
 
-/* JSON has no bfloat16 (as Triton says); a BF16 y must be answered in binary. */
+uint64_t nd_v2_output_bytes(const nd_v2_request *r, int k)
+{
+    const nd_request *req = &r->req;
+    if (k == ND_V2_OUT_Y)
+        return (uint64_t)req->elems * nd_dtype_size(req->dtype);
+    return (uint64_t)nd_request_stat_rows(req) * sizeof(float);
+}
+
+/* JSON has no bfloat16 (as Triton says); a BF16 y must be answered in binary (or go to shared
+ * memory). */
 static int check_bf16_output(const nd_v2_request *r, const json_t *outs, nd_error *err)
 {
-    if (r->req.dtype != ND_BFLOAT16 || (r->binary_outputs & ND_OUT_Y))
+    if (r->req.dtype != ND_BFLOAT16 || (r->binary_outputs & ND_OUT_Y) ||
+        r->out_shm[ND_V2_OUT_Y].region[0])
         return 0;
     for (int k = 0; k < r->noutputs; k++) {
         if (r->output_order[k] != ND_OUT_Y)
@@ -631,6 +730,20 @@ int nd_v2_parse_infer(nd_op op, const char *body, size_t len, const char *header
         const int64_t n = shape_elems(t);
         const uint64_t bytes = (uint64_t)n * esize; /* x: checked by nd_request_finish */
         char shp[ND_MAX_DIMS * 21 + 4];
+        if (t->shm.region[0]) {
+            if (t->shm.byte_size != bytes) {
+                nd_shape_str(t->shape, t->ndim, shp, sizeof shp);
+                rc = nd_proto_fail(err, 400,
+                                   "inputs[%zu].parameters.shared_memory_byte_size=%llu: shape "
+                                   "%s of %s is %llu bytes",
+                                   i, (unsigned long long)t->shm.byte_size, shp,
+                                   nd_v2_datatype_name(req->dtype), (unsigned long long)bytes);
+                goto fail;
+            }
+            out->in_shm[slot_shm[s]] = t->shm; /* the server sets the pointer */
+            out->nshm++;
+            continue;
+        }
         if (t->binary_size >= 0) {
             if (!header_len) {
                 rc = nd_proto_fail(err, 400,
@@ -656,7 +769,7 @@ int nd_v2_parse_infer(nd_op op, const char *body, size_t len, const char *header
         if (!t->data) {
             rc = nd_proto_fail(err, 400,
                                "inputs[%zu].data: required (or parameters.binary_data_size, with "
-                               "the values after the JSON)",
+                               "the values after the JSON, or parameters.shared_memory_region)",
                                i);
             goto fail;
         }
@@ -688,7 +801,7 @@ int nd_v2_parse_infer(nd_op op, const char *body, size_t len, const char *header
     const void *ptr[S_COUNT] = {0};
     for (int s = 0; s < S_COUNT; s++) {
         const input *t = &in[s];
-        if (t->index < 0)
+        if (t->index < 0 || t->shm.region[0])
             continue;
         if (t->binary_size >= 0) {
             ptr[s] = body + jlen + offset[s];
@@ -700,11 +813,11 @@ int nd_v2_parse_infer(nd_op op, const char *body, size_t len, const char *header
             goto fail;
         ptr[s] = dst;
     }
-    req->wire = x->binary_size >= 0 ? ND_WIRE_BINARY : ND_WIRE_JSON;
+    req->wire = x->binary_size >= 0 || x->shm.region[0] ? ND_WIRE_BINARY : ND_WIRE_JSON;
     req->x = ptr[S_X];
     req->gamma = op == ND_OP_RMSNORM ? ptr[S_WEIGHT] : ptr[S_GAMMA];
     req->beta = ptr[S_BETA];
-    if (ptr[S_ALPHA]) {
+    if (in[S_ALPHA].index >= 0) {
         req->alpha = ptr[S_ALPHA];
         req->alpha_count = in[S_ALPHA].shape[0];
     }
@@ -738,6 +851,7 @@ typedef struct answer_output {
     int ndim;
     const int64_t *shape;
     int binary;
+    const nd_v2_shm_ref *shm; /* the output went to this region; NULL when it did not */
 } answer_output;
 
 int nd_v2_encode_infer(const nd_v2_request *r, const void *y, const float *mean,
@@ -777,8 +891,10 @@ int nd_v2_encode_infer_room(const nd_v2_request *r, void *y, size_t y_room, cons
     }
     for (int k = 0; k < norder; k++) {
         answer_output *a = &o[no];
+        const nd_v2_shm_ref *shm = &r->out_shm[output_index(order[k])];
         a->name = output_name(order[k]);
-        a->binary = (r->binary_outputs & order[k]) != 0;
+        a->shm = shm->region[0] ? shm : NULL;
+        a->binary = !a->shm && (r->binary_outputs & order[k]) != 0;
         if (order[k] == ND_OUT_Y) {
             a->dtype = req->dtype;
             a->data = y;
@@ -794,7 +910,9 @@ int nd_v2_encode_infer_room(const nd_v2_request *r, void *y, size_t y_room, cons
             if (rows <= 0 || (order[k] == ND_OUT_MEAN && req->op != ND_OP_LAYERNORM))
                 continue;
         }
-        if (a->data) /* an output not computed is left out, as nd_proto_encode_json does */
+        /* an output not computed is left out, as nd_proto_encode_json does; one in shared
+         * memory was written there (its data pointer may be NULL) */
+        if (a->data || a->shm)
             no++;
     }
 
@@ -808,7 +926,9 @@ int nd_v2_encode_infer_room(const nd_v2_request *r, void *y, size_t y_room, cons
         size_t bytes, text = 48;
         if (__builtin_mul_overflow((size_t)o[k].n, nd_dtype_size(o[k].dtype), &bytes))
             return -1;
-        if (o[k].binary) {
+        if (o[k].shm) {
+            text = 96 + 6 * strnlen(o[k].shm->region, sizeof o[k].shm->region);
+        } else if (o[k].binary) {
             nbinary++;
             y_binary |= o[k].data == y;
             if (__builtin_add_overflow(bin, bytes, &bin))
@@ -841,7 +961,13 @@ int nd_v2_encode_infer_room(const nd_v2_request *r, void *y, size_t y_room, cons
                      a->name, nd_v2_datatype_name(a->dtype));
         for (int d = 0; d < a->ndim; d++)
             p += sprintf(p, "%s%lld", d ? "," : "", (long long)a->shape[d]);
-        if (a->binary) {
+        if (a->shm) {
+            p += sprintf(p, "],\"parameters\":{\"shared_memory_region\":");
+            p = nd_json_put_string(p, a->shm->region,
+                                   strnlen(a->shm->region, sizeof a->shm->region));
+            p += sprintf(p, ",\"shared_memory_byte_size\":%zu}}",
+                         (size_t)a->n * nd_dtype_size(a->dtype));
+        } else if (a->binary) {
             p += sprintf(p, "],\"parameters\":{\"binary_data_size\":%zu}}",
                          (size_t)a->n * nd_dtype_size(a->dtype));
         } else {
@@ -898,11 +1024,17 @@ static int append(json_t *arr, json_t *v)
     return v ? json_array_append_new(arr, v) : -1;
 }
 
-char *nd_v2_server_metadata_json(const char *version)
+char *nd_v2_server_metadata_json(const char *version, int system_shared_memory)
 {
-    return dump(json_pack("{s:s, s:s, s:[s,s,s]}", "name", "normd", "version",
-                          version ? version : "", "extensions", "binary_tensor_data",
-                          "statistics", "model_configuration"));
+    json_t *doc = json_pack("{s:s, s:s, s:[s,s,s]}", "name", "normd", "version",
+                            version ? version : "", "extensions", "binary_tensor_data",
+                            "statistics", "model_configuration");
+    if (doc && system_shared_memory &&
+        append(json_object_get(doc, "extensions"), json_string("system_shared_memory"))) {
+        json_decref(doc);
+        return NULL;
+    }
+    return dump(doc);
 }
 
 /* x and y have any rank from 1 to ND_MAX_DIMS; a v2 shape cannot say "any rank", so they are

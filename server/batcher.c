@@ -355,11 +355,11 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
     for (nd_job *j = jobs; j; j = j->next) {
         const int jm = want_mean && (j->req.outputs & ND_OUT_MEAN);
         const int jr = want_rstd && (j->req.outputs & ND_OUT_RSTD);
-        char *yb = nd_bigbuf_alloc(j->y_room + (size_t)j->req.elems * esz);
+        char *yb = j->y_dst ? NULL : nd_bigbuf_alloc(j->y_room + (size_t)j->req.elems * esz);
         j->y = yb ? yb + j->y_room : NULL;
         j->mean = jm ? malloc((size_t)j->req.outer * sizeof(float)) : NULL;
         j->rstd = jr ? malloc((size_t)j->req.outer * sizeof(float)) : NULL;
-        if (!j->y || (jm && !j->mean) || (jr && !j->rstd))
+        if ((!j->y && !j->y_dst) || (jm && !j->mean) || (jr && !j->rstd))
             oom = 1;
     }
     if (oom) {
@@ -454,7 +454,7 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
     int64_t row0 = 0;
     for (nd_job *j = jobs; j; j = j->next) {
         size_t n = (size_t)j->req.elems * esz;
-        memcpy(j->y, y, n);
+        memcpy(j->y_dst ? j->y_dst : j->y, y, n);
         y += n;
         if (j->mean)
             memcpy(j->mean, batch.mean + row0, (size_t)j->req.outer * sizeof(float));

@@ -43,8 +43,11 @@ struct nd_job {
     char error[256];
     size_t y_room;        /* set by the submitter: bytes to leave free before y in its buffer
                            * (v2 writes its answer's JSON there); 0 for none */
+    void *y_dst;          /* set by the submitter: where y goes (req.elems elements, any
+                           * alignment), e.g. a shared memory region; NULL: into y */
     void *y;              /* req.elems elements of req.dtype, y_room bytes into a malloc'ed
-                           * buffer; the submitter frees it with nd_job_free_y */
+                           * buffer; the submitter frees it with nd_job_free_y. Stays NULL
+                           * when y_dst is set */
     float *mean, *rstd;   /* req.outer floats each when asked for, malloc'ed */
     /* where the job's time went, set before done is called (0 for stages it did not reach):
      * queue, input, compute (with its device-timed parts h2d, kernel, d2h) and output; the

@@ -77,6 +77,12 @@ static const opt options[] = {
      "(Authorization: Bearer TOKEN); default: none, which is refused beyond loopback"},
     {"allow-open-admin", "NORMD_ALLOW_OPEN_ADMIN", OPT_BOOL, OFF(allow_open_admin), 0, 1,
      "listen beyond loopback although the admin routes take no token (default: refuse)"},
+    {"allow-client-shm", "NORMD_ALLOW_CLIENT_SHM", OPT_BOOL, OFF(allow_client_shm), 0, 1,
+     "serve KServe v2 system shared memory: clients on this host register POSIX shared memory "
+     "regions and name them in inference requests instead of sending tensors (default: off, as "
+     "in Triton; registering and unregistering take the admin token when one is set)"},
+    {"max-shm-regions", "NORMD_MAX_SHM_REGIONS", OPT_INT, OFF(max_shm_regions), 1, 1 << 16,
+     "registered shared memory regions at most, else 507 (default 64)"},
     {"max-param-sets", "NORMD_MAX_PARAM_SETS", OPT_INT, OFF(max_param_sets), 0, 1 << 20,
      "registered parameter sets at most, else 507 (default 1024)"},
     {"max-param-bytes", "NORMD_MAX_PARAM_BYTES", OPT_SIZE, OFF(max_param_bytes), 0,
@@ -155,6 +161,7 @@ void nd_config_defaults(nd_config *cfg)
     cfg->cuda_zero_copy_bytes = (size_t)192 << 10;
     cfg->cuda_direct_output_bytes = (size_t)16 << 20;
     cfg->max_param_sets = 1024;
+    cfg->max_shm_regions = 64;
     cfg->max_param_bytes = (size_t)1 << 30;
     cfg->verbose = 1;
 }

@@ -45,6 +45,8 @@ typedef struct nd_config {
     int slow_batch_us;         /* testing: every batch's run takes this much longer (0 = not) */
     char admin_token[256];     /* bearer token the admin routes require; "" = none configured */
     int allow_open_admin;      /* listen beyond loopback with no admin token, knowingly */
+    int allow_client_shm;      /* serve the system shared memory extension */
+    int max_shm_regions;       /* registered shared memory regions at most */
     int max_param_sets;        /* registered parameter sets at most */
     size_t max_param_bytes;    /* bytes of all registered parameter sets together at most */
     int verbose;

@@ -308,8 +308,9 @@ static int admin_authorized(const conn *c)
 
 static enum MHD_Result send_unauthorized(conn *c)
 {
-    const char *msg = "{\"error\":\"PUT and DELETE on /v1/params need Authorization: Bearer "
-                      "<the token in --admin-token-file>\"}";
+    const char *msg = "{\"error\":\"PUT and DELETE on /v1/params, and registering or "
+                      "unregistering shared memory, need Authorization: Bearer <the token in "
+                      "--admin-token-file>\"}";
     struct MHD_Response *r = nd_conn_response(c, "application/json", (void *)msg, strlen(msg), 0);
     if (r)
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"normd\"");
@@ -340,15 +341,17 @@ static enum MHD_Result begin_request(conn *c, const char *url, const char *metho
     if (st == 405)
         return nd_conn_send_error(c, 405, "%s is not allowed on %s (allowed: %s)", method, url,
                                   c->allow ? c->allow : "");
-    if (c->route == R_V1_PARAMS_ONE && (!strcmp(method, "PUT") || !strcmp(method, "DELETE")) &&
-        !admin_authorized(c))
+    const int admin = (c->route == R_V1_PARAMS_ONE &&
+                       (!strcmp(method, "PUT") || !strcmp(method, "DELETE"))) ||
+                      c->route == R_V2_SHM_REGISTER || c->route == R_V2_SHM_UNREGISTER;
+    if (admin && !admin_authorized(c))
         return send_unauthorized(c);
     if (c->query_overflow)
         return nd_conn_send_error(c, 400, "more than %d query parameters", ND_MAX_QUERY_ARGS);
     if (strcmp(method, "POST") && strcmp(method, "PUT"))
         return MHD_YES;
 
-    if (c->route != R_V2_INFER) {
+    if (c->route < R_V2_SERVER) { /* /v1; /v2 bodies are JSON whatever the type says */
         const char *ctype =
             MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
         if (pick_media(c, ctype))
@@ -521,6 +524,8 @@ static void request_completed(void *cls, struct MHD_Connection *mc, void **con_c
      * closes, until the job is done. */
     if (c->job.pset)
         nd_params_release(s->params, c->job.pset);
+    for (int k = 0; k < c->nshm_held; k++)
+        nd_shm_release(s->shm, c->shm_held[k]);
     nd_request_free(&c->job.req);
     nd_v2_request_free(&c->v2);
     nd_job_free_y(&c->job);
@@ -699,6 +704,10 @@ nd_server *nd_server_start(const nd_config *cfg, nd_error *err)
         goto fail;
     }
     nd_params_set_limits(s->params, cfg->max_param_sets, cfg->max_param_bytes);
+    if (cfg->allow_client_shm && !(s->shm = nd_shm_create(cfg->max_shm_regions))) {
+        nd_error_set(err, ND_ENOMEM, "out of memory");
+        goto fail;
+    }
     s->batcher = nd_batcher_create(cfg, s->engine, s->metrics, err);
     if (!s->batcher)
         goto fail;
@@ -871,6 +880,7 @@ void nd_server_stop(nd_server *s, double drain_s)
     for (int i = 0; i < s->npassed; i++)
         MHD_stop_daemon(s->passed[i]);
     nd_batcher_destroy(s->batcher);
+    nd_shm_destroy(s->shm); /* the listeners are stopped: no request holds a region */
     nd_params_destroy(s->params);
     nd_engine_destroy(s->engine);
     nd_metrics_destroy(s->metrics);

@@ -28,6 +28,7 @@
 #include "listen_fds.h"
 #include "metrics.h"
 #include "params.h"
+#include "shm.h"
 
 #define ND_MAX_QUERY_ARGS 32
 
@@ -37,6 +38,7 @@ struct nd_server {
     nd_metrics *metrics;
     nd_params *params;
     nd_batcher *batcher;
+    nd_shm *shm;            /* registered shared memory regions (NULL: --allow-client-shm off) */
     struct MHD_Daemon *tcp, *unix_d;
     struct MHD_Daemon *passed[ND_LISTEN_FDS_MAX]; /* one per socket systemd passed */
     int npassed;
@@ -63,6 +65,9 @@ typedef enum route {
     R_V2_MODEL_CONFIG,
     R_V2_STATS,       /* one model (has_op) or all */
     R_V2_INFER,
+    R_V2_SHM_STATUS,     /* one region (name set) or all */
+    R_V2_SHM_REGISTER,
+    R_V2_SHM_UNREGISTER, /* one region (name set) or all */
 } route;
 
 /* How a finished job is answered. */
@@ -79,7 +84,9 @@ typedef struct conn {
     nd_op op;
     int has_op;         /* R_V2_STATS for one model */
     int metrics_op;     /* nd_op or ND_METRICS_OP_OTHER */
-    char name[ND_PARAMS_NAME_MAX + 1];
+    char name[ND_PARAMS_NAME_MAX + 1]; /* a parameter set's, or a shared memory region's */
+    int has_name;       /* R_V2_SHM_*: the URL names a region (name_bad: one that cannot be) */
+    int name_bad;
     double t_start;
     char *body;
     size_t len, cap;
@@ -94,6 +101,11 @@ typedef struct conn {
     size_t nquery;
     int query_overflow;
     nd_v2_request v2;   /* R_V2_INFER: what only v2 has (its req moves into job.req) */
+    /* shared memory regions the request's tensors live in, held until it completes; and where
+     * its outputs go in them (y goes by job.y_dst) */
+    nd_shm_region *shm_held[ND_V2_IN_COUNT + ND_V2_OUT_COUNT];
+    int nshm_held;
+    void *shm_out[ND_V2_OUT_COUNT];
     nd_job job;
     _Atomic int state;  /* job_state */
     int counted;        /* counted in srv->jobs_open */

@@ -9,9 +9,16 @@
  *   GET  /v2/models/{op}[/versions/1]/config model configuration (Triton's extension)
  *   GET  /v2/models/stats, /v2/models/{op}[/versions/1]/stats   statistics extension
  *   POST /v2/models/{op}[/versions/1]/infer  inference, JSON or with binary tensors
+ *   GET  /v2/systemsharedmemory[/region/{name}]/status      the shared memory extension
+ *   POST /v2/systemsharedmemory/region/{name}/register     (with --allow-client-shm)
+ *   POST /v2/systemsharedmemory[/region/{name}]/unregister
  *
  * An inference request becomes the same nd_request a /v1 request does and joins the same batches.
+ * A tensor in shared memory is read by the batcher straight from the region (as a binary tensor
+ * is from the body), and y is scattered straight into its region: such a request's tensors cross
+ * no socket and are copied once each way, into the batch and out of it.
  */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +36,45 @@ static int only_get(conn *c, const char *method)
 {
     c->allow = "GET, HEAD";
     return strcmp(method, "GET") && strcmp(method, "HEAD") ? 405 : 0;
+}
+
+static int only_post(conn *c, const char *method)
+{
+    c->allow = "POST";
+    return strcmp(method, "POST") ? 405 : 0;
+}
+
+/* /v2/systemsharedmemory/ + rest: status | unregister | region/{name}/(status|register|unregister) */
+static int shm_route(conn *c, const char *rest, const char *method)
+{
+    if (!strncmp(rest, "region/", 7)) {
+        rest += 7;
+        size_t n = strcspn(rest, "/");
+        c->has_name = 1;
+        if (n == 0 || n >= sizeof c->name || n >= ND_V2_SHM_NAME_MAX)
+            c->name_bad = 1;
+        else {
+            memcpy(c->name, rest, n);
+            c->name[n] = '\0';
+            c->name_bad = !nd_shm_name_ok(c->name);
+        }
+        rest += n;
+        if (*rest++ != '/')
+            return 404;
+        if (!strcmp(rest, "register")) {
+            c->route = R_V2_SHM_REGISTER;
+            return only_post(c, method);
+        }
+    }
+    if (!strcmp(rest, "status")) {
+        c->route = R_V2_SHM_STATUS;
+        return only_get(c, method);
+    }
+    if (!strcmp(rest, "unregister")) {
+        c->route = R_V2_SHM_UNREGISTER;
+        return only_post(c, method);
+    }
+    return 404;
 }
 
 int nd_v2_route(conn *c, const char *url, const char *method)
@@ -52,6 +98,8 @@ int nd_v2_route(conn *c, const char *url, const char *method)
         c->route = R_V2_STATS;
         return only_get(c, method);
     }
+    if (!strncmp(url, "/v2/systemsharedmemory/", 23))
+        return shm_route(c, url + 23, method);
     if (strncmp(url, "/v2/models/", 11))
         return 404;
     /* {op}[/versions/1][/ready|/config|/stats|/infer] */
@@ -100,6 +148,67 @@ int nd_v2_route(conn *c, const char *url, const char *method)
 
 /* ---- inference ---- */
 
+/* Holds the region of one shared memory reference and returns where its bytes are; NULL with an
+ * HTTP status in *st and the message in err, which names the field. */
+static void *hold_shm(conn *c, const nd_v2_shm_ref *ref, uint64_t bytes, const char *where,
+                      int *st, nd_error *err)
+{
+    void *p = NULL;
+    nd_shm_region *g = nd_shm_acquire(c->srv->shm, ref->region, ref->offset, bytes, &p, st, err);
+    if (!g) {
+        char tmp[sizeof err->msg];
+        int n = snprintf(tmp, sizeof tmp, "%s[%d].parameters.shared_memory_region: ", where,
+                         ref->index);
+        snprintf(tmp + n, sizeof tmp - (size_t)n, "%s", err->msg);
+        memcpy(err->msg, tmp, sizeof tmp);
+        return NULL;
+    }
+    c->shm_held[c->nshm_held++] = g;
+    return p;
+}
+
+/* Points the job's tensors that live in shared memory at their regions, holding each region
+ * until the request completes. Returns 0, or an HTTP status with a message in err. */
+static int bind_shm(conn *c, nd_error *err)
+{
+    nd_server *s = c->srv;
+    nd_request *req = &c->job.req;
+    int st = 0;
+    if (!s->shm) {
+        snprintf(err->msg, sizeof err->msg, "a tensor names a shared memory region, but system "
+                 "shared memory is off (start normd with --allow-client-shm)");
+        return 400;
+    }
+    const void **in[ND_V2_IN_COUNT] = {&req->x, &req->gamma, &req->beta, &req->alpha};
+    for (int k = 0; k < ND_V2_IN_COUNT; k++) {
+        const nd_v2_shm_ref *ref = &c->v2.in_shm[k];
+        if (ref->region[0] && !(*in[k] = hold_shm(c, ref, ref->byte_size, "inputs", &st, err)))
+            return st;
+    }
+    for (int k = 0; k < ND_V2_OUT_COUNT; k++) {
+        const nd_v2_shm_ref *ref = &c->v2.out_shm[k];
+        if (ref->region[0] && !(c->shm_out[k] = hold_shm(c, ref, nd_v2_output_bytes(&c->v2, k),
+                                                         "outputs", &st, err)))
+            return st;
+    }
+    c->job.y_dst = c->shm_out[ND_V2_OUT_Y];
+    /* The byte budget charges a request for the memory it makes the daemon hold (the body, the
+     * batch's staging, the answer). A request in shared memory sends a small body but still
+     * takes staging in and out: charge that, and turn it away as an over-budget body is. */
+    long long charge = 2 * (long long)nd_v2_output_bytes(&c->v2, ND_V2_OUT_Y);
+    long long after = atomic_fetch_add(&s->inflight_bytes, charge) + charge;
+    c->charged += charge;
+    if (after > (long long)s->cfg.max_inflight_bytes && after != c->charged) {
+        atomic_fetch_sub(&s->inflight_bytes, c->charged);
+        c->charged = 0;
+        snprintf(err->msg, sizeof err->msg, "%lld bytes of tensors in shared memory would pass "
+                 "the in-flight byte budget of %zu (--max-inflight-bytes); retry later",
+                 charge / 2, s->cfg.max_inflight_bytes);
+        return 503;
+    }
+    return 0;
+}
+
 static enum MHD_Result handle_infer(conn *c)
 {
     nd_error err = {{0}};
@@ -117,6 +226,8 @@ static enum MHD_Result handle_infer(conn *c)
         if (st)
             return nd_conn_send_error(c, st, "%s", msg);
     }
+    if (c->v2.nshm && (st = bind_shm(c, &err)))
+        return nd_conn_send_error(c, st, "%s", err.msg);
     c->form = FORM_V2;
     /* Room for the answer's JSON before y, so that a binary y is sent from its own buffer; not
      * for a compressed answer, which is a new buffer anyway. */
@@ -137,6 +248,11 @@ enum MHD_Result nd_v2_send_result(conn *c)
         return nd_conn_send_error(c, j->status, "%s", j->error);
     nd_v2_request r = c->v2;
     r.req = j->req;
+    /* y is in its region already (the batcher put it there); the statistics are small */
+    const float *stats[ND_V2_OUT_COUNT] = {NULL, j->mean, j->rstd};
+    for (int k = ND_V2_OUT_MEAN; k < ND_V2_OUT_COUNT; k++)
+        if (c->shm_out[k] && stats[k])
+            memcpy(c->shm_out[k], stats[k], nd_v2_output_bytes(&r, k));
     char *out;
     size_t len, json_len;
     if (nd_v2_encode_infer_room(&r, j->y, j->y ? j->y_room : 0, j->mean, j->rstd, &out, &len,
@@ -182,6 +298,83 @@ static enum MHD_Result send_stats(conn *c)
     return nd_conn_send_json(c, 200, nd_v2_stats_json(ops, stats, n));
 }
 
+/* ---- the shared memory extension ---- */
+
+/* A non-negative integer member of the register request; 0 when absent (*v untouched). */
+static int register_count(const json_t *doc, const char *key, uint64_t *v, nd_error *err)
+{
+    const json_t *n = json_object_get(doc, key);
+    if (!n)
+        return 0;
+    if (!json_is_integer(n) || json_integer_value(n) < 0) {
+        snprintf(err->msg, sizeof err->msg, "%s: expected a non-negative integer", key);
+        return 400;
+    }
+    *v = (uint64_t)json_integer_value(n);
+    return 0;
+}
+
+/* POST .../region/{name}/register {"key": "/name", "offset": 0, "byte_size": N} */
+static enum MHD_Result shm_register(conn *c)
+{
+    nd_error err = {{0}};
+    json_error_t jerr;
+    json_t *doc = json_loadb(c->body ? c->body : "", c->len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!doc)
+        return nd_conn_send_error(c, 400, "body: not JSON (%s); expected {\"key\": \"/name\", "
+                                          "\"offset\": 0, \"byte_size\": N}", jerr.text);
+    const json_t *key = json_object_get(doc, "key");
+    uint64_t offset = 0, size = 0;
+    int st = 400;
+    if (!json_is_object(doc))
+        snprintf(err.msg, sizeof err.msg, "body: expected a JSON object");
+    else if (!json_is_string(key))
+        snprintf(err.msg, sizeof err.msg, "key: required, a string (the shared memory object's "
+                                          "name, as \"/name\")");
+    else if (!json_object_get(doc, "byte_size"))
+        snprintf(err.msg, sizeof err.msg, "byte_size: required");
+    else if (!(st = register_count(doc, "offset", &offset, &err)) &&
+             !(st = register_count(doc, "byte_size", &size, &err)))
+        st = nd_shm_register(c->srv->shm, c->name, json_string_value(key), offset, size, &err);
+    json_decref(doc);
+    if (st)
+        return nd_conn_send_error(c, st, "register \"%s\": %s", c->name, err.msg);
+    if (c->srv->cfg.verbose >= 1)
+        fprintf(stderr, "normd: shared memory region \"%s\" registered (%llu bytes)\n", c->name,
+                (unsigned long long)size);
+    return nd_conn_send_buffer(c, 200, "application/json", "{}", 2, 0);
+}
+
+static enum MHD_Result shm_handle(conn *c)
+{
+    nd_shm *shm = c->srv->shm;
+    if (!shm)
+        return nd_conn_send_error(c, 400, "system shared memory is off (start normd with "
+                                          "--allow-client-shm)");
+    if (c->has_name && c->name_bad)
+        return nd_conn_send_error(c, 400, "region name: 1 to %d letters, digits, '.', '_' or "
+                                          "'-'", ND_V2_SHM_NAME_MAX - 1);
+    const char *name = c->has_name ? c->name : NULL;
+    switch (c->route) {
+    case R_V2_SHM_STATUS: {
+        nd_error err = {{0}};
+        int st = 0;
+        char *json = nd_shm_status_json(shm, name, &st, &err);
+        if (st != 200)
+            return nd_conn_send_error(c, st, "%s", err.msg);
+        return nd_conn_send_json(c, 200, json);
+    }
+    case R_V2_SHM_REGISTER:
+        return shm_register(c);
+    default: {
+        int n = nd_shm_unregister(shm, name);
+        if (n && c->srv->cfg.verbose >= 1)
+            fprintf(stderr, "normd: %d shared memory region(s) unregistered\n", n);
+        return nd_conn_send_buffer(c, 200, "application/json", "{}", 2, 0);
+    }
+    }
+}
+
 /* Health answers: 200 when true; the protocol asks for a 4xx when false. */
 static enum MHD_Result send_health(conn *c, int ok, const char *why)
 {
@@ -197,7 +390,8 @@ enum MHD_Result nd_v2_handle(conn *c, const char *method)
                                            : "draining for shutdown";
     switch (c->route) {
     case R_V2_SERVER:
-        return nd_conn_send_json(c, 200, nd_v2_server_metadata_json(ND_VERSION_STRING));
+        return nd_conn_send_json(c, 200,
+                                 nd_v2_server_metadata_json(ND_VERSION_STRING, s->shm != NULL));
     case R_V2_LIVE:
         return send_health(c, !nd_server_broken(s), why);
     case R_V2_READY:
@@ -215,6 +409,10 @@ enum MHD_Result nd_v2_handle(conn *c, const char *method)
         return send_stats(c);
     case R_V2_INFER:
         return handle_infer(c);
+    case R_V2_SHM_STATUS:
+    case R_V2_SHM_REGISTER:
+    case R_V2_SHM_UNREGISTER:
+        return shm_handle(c);
     default:
         return MHD_NO;
     }

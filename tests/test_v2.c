@@ -1465,14 +1465,19 @@ static const char *const want_outputs[ND_OP_COUNT] = {"y,mean,rstd", "y,rstd", "
 
 Test(documents, server_metadata)
 {
-    json_t *d = load_doc(nd_v2_server_metadata_json("1.2.3-\"dev\""));
-    cr_assert_str_eq(json_string_value(json_object_get(d, "name")), "normd");
-    cr_assert_str_eq(json_string_value(json_object_get(d, "version")), "1.2.3-\"dev\"");
-    const json_t *ext = json_object_get(d, "extensions");
-    cr_assert(has_string(ext, "binary_tensor_data"));
-    cr_assert(has_string(ext, "statistics"));
-    cr_assert(has_string(ext, "model_configuration"));
-    json_decref(d);
+    for (int shm = 0; shm < 2; shm++) {
+        json_t *d = load_doc(nd_v2_server_metadata_json("1.2.3-\"dev\"", shm));
+        cr_assert_str_eq(json_string_value(json_object_get(d, "name")), "normd");
+        cr_assert_str_eq(json_string_value(json_object_get(d, "version")), "1.2.3-\"dev\"");
+        const json_t *ext = json_object_get(d, "extensions");
+        cr_assert(has_string(ext, "binary_tensor_data"));
+        cr_assert(has_string(ext, "statistics"));
+        cr_assert(has_string(ext, "model_configuration"));
+        cr_assert_eq(has_string(ext, "system_shared_memory"), shm,
+                     "system_shared_memory listed: %d, enabled: %d",
+                     has_string(ext, "system_shared_memory"), shm);
+        json_decref(d);
+    }
 }
 
 Test(documents, model_metadata)

@@ -1,0 +1,302 @@
+/*
+ * shm.c - registered system shared memory regions (shm.h).
+ *
+ * The table is a short list (at most --max-shm-regions) under one lock. A region carries a
+ * reference count: one for being registered, one for each request that holds it. Unregistering
+ * takes the region off the list and drops the first; whoever drops the last unmaps it. The lock
+ * is held only to look up and count, never while a request's bytes are copied, so a large copy
+ * from one region does not hold up another request's lookup.
+ */
+#include "shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct nd_shm_region {
+    char name[ND_V2_SHM_NAME_MAX];
+    char key[ND_SHM_KEY_MAX];
+    uint64_t offset, byte_size; /* the window of the object, as registered */
+    int fd;                     /* kept open to check the object's size at every use */
+    void *map;                  /* the mapping: from offset rounded down to a page */
+    size_t map_len;
+    char *base;                 /* the window's first byte, inside the mapping */
+    int refs;                   /* 1 while registered, + 1 per request holding it */
+    nd_shm_region *next;
+};
+
+struct nd_shm {
+    pthread_mutex_t lock;
+    nd_shm_region *head;
+    int count, max;
+};
+
+static int fail(nd_error *err, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(nd_error *err, int status, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+int nd_shm_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n >= ND_V2_SHM_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = name[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '_' || ch == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* A key shm_open takes: an optional leading slash, then 1-254 bytes with no slash, and not "."
+ * or ".." (which would name /dev/shm itself or its parent). */
+static int key_ok(const char *key)
+{
+    const char *k = key[0] == '/' ? key + 1 : key;
+    size_t n = strlen(k);
+    return n > 0 && n < ND_SHM_KEY_MAX - 1 && !strchr(k, '/') && strcmp(k, ".") &&
+           strcmp(k, "..");
+}
+
+nd_shm *nd_shm_create(int max_regions)
+{
+    nd_shm *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    pthread_mutex_init(&r->lock, NULL);
+    r->max = max_regions;
+    return r;
+}
+
+static void region_free(nd_shm_region *g)
+{
+    munmap(g->map, g->map_len);
+    close(g->fd);
+    free(g);
+}
+
+void nd_shm_destroy(nd_shm *r)
+{
+    if (!r)
+        return;
+    for (nd_shm_region *g = r->head, *next; g; g = next) {
+        next = g->next;
+        region_free(g);
+    }
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
+static nd_shm_region *find(nd_shm *r, const char *name)
+{
+    for (nd_shm_region *g = r->head; g; g = g->next)
+        if (!strcmp(g->name, name))
+            return g;
+    return NULL;
+}
+
+int nd_shm_register(nd_shm *r, const char *name, const char *key, uint64_t offset,
+                    uint64_t byte_size, nd_error *err)
+{
+    if (!nd_shm_name_ok(name))
+        return fail(err, 400, "region name: 1 to %d letters, digits, '.', '_' or '-'",
+                    ND_V2_SHM_NAME_MAX - 1);
+    if (!key_ok(key))
+        return fail(err, 400, "key \"%.64s\": expected a shared memory object's name as "
+                              "shm_open takes it (\"/name\", no other '/')", key);
+    if (byte_size == 0)
+        return fail(err, 400, "byte_size: must be at least 1");
+    uint64_t end;
+    if (__builtin_add_overflow(offset, byte_size, &end) || end > (uint64_t)INT64_MAX)
+        return fail(err, 400, "offset + byte_size: past 2^63");
+
+    int fd = shm_open(key, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        return fail(err, 400, "key \"%s\": cannot open the shared memory object: %s%s", key,
+                    strerror(e), e == ENOENT ? " (create it with shm_open before registering)"
+                                             : "");
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return fail(err, 400, "key \"%s\": not a shared memory object", key);
+    }
+    if ((uint64_t)st.st_size < end) {
+        close(fd);
+        return fail(err, 400, "key \"%s\": the object is %lld bytes, but offset %llu + "
+                              "byte_size %llu reach byte %llu",
+                    key, (long long)st.st_size, (unsigned long long)offset,
+                    (unsigned long long)byte_size, (unsigned long long)end);
+    }
+    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    const uint64_t start = offset / page * page;
+    const size_t map_len = (size_t)(end - start);
+    void *map = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start);
+    if (map == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return fail(err, 400, "key \"%s\": cannot map %zu bytes: %s", key, map_len, strerror(e));
+    }
+    nd_shm_region *g = calloc(1, sizeof *g);
+    if (!g) {
+        munmap(map, map_len);
+        close(fd);
+        return fail(err, 500, "out of memory");
+    }
+    snprintf(g->name, sizeof g->name, "%s", name);
+    snprintf(g->key, sizeof g->key, "%s", key);
+    g->offset = offset;
+    g->byte_size = byte_size;
+    g->fd = fd;
+    g->map = map;
+    g->map_len = map_len;
+    g->base = (char *)map + (offset - start);
+    g->refs = 1;
+
+    pthread_mutex_lock(&r->lock);
+    int st_code = 0;
+    if (find(r, name))
+        st_code = fail(err, 400, "region \"%s\" is already registered; unregister it first",
+                       name);
+    else if (r->count >= r->max)
+        st_code = fail(err, 507, "%d regions are registered, the most allowed "
+                                 "(--max-shm-regions); unregister one first", r->count);
+    else {
+        g->next = r->head;
+        r->head = g;
+        r->count++;
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (st_code)
+        region_free(g);
+    return st_code;
+}
+
+/* Drops one reference; the caller holds the lock. Returns the region when that was the last
+ * one (to be freed once the lock is let go), else NULL. */
+static nd_shm_region *unref(nd_shm_region *g)
+{
+    return --g->refs == 0 ? g : NULL;
+}
+
+int nd_shm_unregister(nd_shm *r, const char *name)
+{
+    nd_shm_region *dead = NULL;
+    int n = 0;
+    pthread_mutex_lock(&r->lock);
+    for (nd_shm_region **pp = &r->head; *pp;) {
+        nd_shm_region *g = *pp;
+        if (name && strcmp(g->name, name)) {
+            pp = &g->next;
+            continue;
+        }
+        *pp = g->next;
+        r->count--;
+        n++;
+        if (unref(g)) {
+            g->next = dead;
+            dead = g;
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    for (nd_shm_region *g = dead, *next; g; g = next) {
+        next = g->next;
+        region_free(g);
+    }
+    return n;
+}
+
+char *nd_shm_status_json(nd_shm *r, const char *name, int *status, nd_error *err)
+{
+    *status = 200;
+    json_t *arr = json_array();
+    if (!arr)
+        return NULL;
+    int found = 0, oom = 0;
+    pthread_mutex_lock(&r->lock);
+    for (nd_shm_region *g = r->head; g && !oom; g = g->next) {
+        if (name && strcmp(g->name, name))
+            continue;
+        found++;
+        oom = json_array_append_new(
+                  arr, json_pack("{s:s, s:s, s:I, s:I}", "name", g->name, "key", g->key,
+                                 "offset", (json_int_t)g->offset, "byte_size",
+                                 (json_int_t)g->byte_size)) != 0;
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (name && !found && !oom) {
+        json_decref(arr);
+        *status = fail(err, 400, "no system shared memory region named \"%s\"", name);
+        return NULL;
+    }
+    char *s = oom ? NULL : json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+    return s;
+}
+
+nd_shm_region *nd_shm_acquire(nd_shm *r, const char *name, uint64_t offset, uint64_t bytes,
+                              void **ptr, int *status, nd_error *err)
+{
+    pthread_mutex_lock(&r->lock);
+    nd_shm_region *g = find(r, name);
+    struct stat st = {0};
+    if (!g)
+        *status = fail(err, 400, "no system shared memory region named \"%s\" (register it "
+                                 "with POST /v2/systemsharedmemory/region/%s/register)",
+                       name, name);
+    else if (offset > g->byte_size || bytes > g->byte_size - offset)
+        *status = fail(err, 400, "offset %llu + %llu bytes run past region \"%s\" of %llu bytes",
+                       (unsigned long long)offset, (unsigned long long)bytes, name,
+                       (unsigned long long)g->byte_size);
+    else if (fstat(g->fd, &st) != 0 || (uint64_t)st.st_size < g->offset + g->byte_size)
+        *status = fail(err, 400, "region \"%s\": its object \"%s\" no longer holds it (%lld "
+                                 "bytes now); register the region again",
+                       name, g->key, (long long)st.st_size);
+    else {
+        g->refs++;
+        *ptr = g->base + offset;
+        pthread_mutex_unlock(&r->lock);
+        return g;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return NULL;
+}
+
+void nd_shm_release(nd_shm *r, nd_shm_region *region)
+{
+    if (!region)
+        return;
+    pthread_mutex_lock(&r->lock);
+    nd_shm_region *dead = unref(region);
+    pthread_mutex_unlock(&r->lock);
+    if (dead)
+        region_free(dead);
+}
+
+int nd_shm_count(nd_shm *r)
+{
+    pthread_mutex_lock(&r->lock);
+    int n = r->count;
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
