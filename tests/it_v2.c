@@ -1,16 +1,22 @@
 /*
  * it_v2.c - the KServe v2 protocol at the byte level, against a started daemon: the binary tensor
  * framing and its edge cases, compressed bodies and answers, status codes, v2 and /v1 requests in
- * one batch with bit-identical answers, the UNIX socket, and the health/metadata routes.
- * (tests/py/test_v2_tritonclient.py drives the same routes through a real client.)
+ * one batch with bit-identical answers, the UNIX socket, the health/metadata routes, and the
+ * system shared memory extension (off by default, the admin token, tensors read from and written
+ * to regions by batches of several requests, a region unregistered under a request in flight).
+ * (tests/py/test_v2_tritonclient.py and test_v2_shm_tritonclient.py drive the same routes through
+ * a real client.)
  */
 #include <criterion/criterion.h>
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -522,4 +528,259 @@ Test(v2_configured, the_unix_socket_serves_v2, .init = start_unix, .fini = stop_
         cr_assert_eq(json_number_value(json_array_get(y, (size_t)i)), want[i], "y[%d]", i);
     json_decref(j);
     nd_resp_free(&r);
+}
+
+/* ---- system shared memory ---- */
+
+/* A POSIX shared memory object of n bytes made by the test (the client's side), mapped. */
+typedef struct shm_obj {
+    char key[64];
+    unsigned char *p;
+    size_t n;
+} shm_obj;
+
+static void shm_make(shm_obj *o, const char *tag, size_t n)
+{
+    snprintf(o->key, sizeof o->key, "/normd-it-v2-%d-%s", (int)getpid(), tag);
+    shm_unlink(o->key);
+    int fd = shm_open(o->key, O_RDWR | O_CREAT | O_EXCL, 0600);
+    cr_assert(fd >= 0, "shm_open %s", o->key);
+    cr_assert_eq(ftruncate(fd, (off_t)n), 0);
+    o->p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    cr_assert_neq(o->p, MAP_FAILED);
+    close(fd);
+    o->n = n;
+}
+
+static void shm_drop(shm_obj *o)
+{
+    munmap(o->p, o->n);
+    shm_unlink(o->key);
+}
+
+static long shm_post(const char *path, const char *body, const char *auth, nd_resp *r)
+{
+    const char *headers[2] = {auth, NULL};
+    nd_http_req q = {.method = "POST", .url = url_of(path), .content_type = "application/json",
+                     .headers = auth ? headers : NULL, .body = body,
+                     .len = body ? strlen(body) : 0};
+    cr_assert_eq(nd_http_do(&q, r), 0);
+    return r->code;
+}
+
+static void shm_register(const char *name, const shm_obj *o, size_t off, size_t size,
+                         const char *auth)
+{
+    char path[128], body[192];
+    snprintf(path, sizeof path, "/v2/systemsharedmemory/region/%s/register", name);
+    snprintf(body, sizeof body, "{\"key\":\"%s\",\"offset\":%zu,\"byte_size\":%zu}", o->key, off,
+             size);
+    nd_resp r;
+    cr_assert_eq(shm_post(path, body, auth, &r), 200, "register %s: HTTP %ld: %s", name, r.code,
+                 r.body);
+    nd_resp_free(&r);
+}
+
+/* The JSON of a layernorm request whose x, gamma, beta lie in region "in" at xo, go, bo and whose
+ * y goes to region "out" at yo. */
+static void ln_shm_json(const ln_case *c, size_t xo, size_t go, size_t bo, size_t yo, char *buf,
+                        size_t size)
+{
+    size_t xb = (size_t)c->rows * c->cols * 2, pb = (size_t)c->cols * 2;
+    snprintf(buf, size,
+             "{\"inputs\":["
+             "{\"name\":\"x\",\"shape\":[%d,%d],\"datatype\":\"FP16\",\"parameters\":{"
+             "\"shared_memory_region\":\"in\",\"shared_memory_offset\":%zu,"
+             "\"shared_memory_byte_size\":%zu}},"
+             "{\"name\":\"gamma\",\"shape\":[%d],\"datatype\":\"FP16\",\"parameters\":{"
+             "\"shared_memory_region\":\"in\",\"shared_memory_offset\":%zu,"
+             "\"shared_memory_byte_size\":%zu}},"
+             "{\"name\":\"beta\",\"shape\":[%d],\"datatype\":\"FP16\",\"parameters\":{"
+             "\"shared_memory_region\":\"in\",\"shared_memory_offset\":%zu,"
+             "\"shared_memory_byte_size\":%zu}}],"
+             "\"outputs\":[{\"name\":\"y\",\"parameters\":{\"shared_memory_region\":\"out\","
+             "\"shared_memory_offset\":%zu,\"shared_memory_byte_size\":%zu}}]}",
+             c->rows, c->cols, xo, xb, c->cols, go, pb, c->cols, bo, pb, yo, xb);
+}
+
+/* The answer names y's region and carries no values; y itself is checked in the region. */
+static void check_shm_answer(const ln_case *c, const nd_resp *r, const unsigned char *y)
+{
+    cr_assert_eq(r->code, 200, "HTTP %ld: %s", r->code, r->body);
+    cr_assert_eq(r->infer_header_len[0], '\0', "nothing binary in the answer");
+    json_t *j = parse_json(r->body, r->len);
+    json_t *o = json_array_get(json_object_get(j, "outputs"), 0);
+    cr_assert_null(json_object_get(o, "data"), "%s", r->body);
+    json_t *p = json_object_get(o, "parameters");
+    cr_assert_str_eq(json_string_value(json_object_get(p, "shared_memory_region")), "out");
+    cr_assert_eq(json_integer_value(json_object_get(p, "shared_memory_byte_size")),
+                 (json_int_t)c->rows * c->cols * 2);
+    json_decref(j);
+    char msg[256];
+    int64_t bad = nd_compare(ND_FLOAT16, y, c->ref, (int64_t)c->rows * c->cols, "y", msg,
+                             sizeof msg);
+    cr_assert_eq(bad, 0, "%lld wrong: %s", (long long)bad, msg);
+}
+
+Test(v2, shared_memory_is_off_unless_asked_for)
+{
+    nd_resp r;
+    cr_assert_eq(shm_post("/v2/systemsharedmemory/region/a/register",
+                          "{\"key\":\"/a\",\"byte_size\":4}", NULL, &r),
+                 400);
+    expect_error(&r, 400, "--allow-client-shm");
+    nd_resp_free(&r);
+    cr_assert_eq(nd_http("GET", url_of("/v2"), NULL, NULL, 0, &r), 0);
+    cr_assert_null(strstr(r.body, "system_shared_memory"), "%s", r.body);
+    nd_resp_free(&r);
+    const char *body = "{\"inputs\":[{\"name\":\"x\",\"shape\":[2],\"datatype\":\"FP32\","
+                       "\"parameters\":{\"shared_memory_region\":\"a\","
+                       "\"shared_memory_byte_size\":8}}]}";
+    infer_raw("softmax", body, NULL, 0, "", NULL, &r);
+    expect_error(&r, 400, "--allow-client-shm");
+    nd_resp_free(&r);
+}
+
+static char shm_token_path[64];
+static void start_shm(void)
+{
+    snprintf(shm_token_path, sizeof shm_token_path, "/tmp/normd-it-v2-token-%d", (int)getpid());
+    FILE *f = fopen(shm_token_path, "w");
+    cr_assert_not_null(f);
+    fputs("shm-t0ken\n", f);
+    fclose(f);
+    /* a batching window, so that the concurrent requests below share batches; a slow batch, so
+     * that a region can be unregistered while its request is in flight */
+    static const char *args[] = {"--allow-client-shm", "--admin-token-file", NULL,
+                                 "--max-delay-us", "200000", "--slow-batch-us", "300000", NULL};
+    args[2] = shm_token_path;
+    start(args);
+}
+
+static void stop_shm(void)
+{
+    unlink(shm_token_path);
+    stop_clean();
+}
+
+#define SHM_AUTH "Authorization: Bearer shm-t0ken"
+
+typedef struct shm_flight {
+    const char *json;
+    nd_resp r;
+} shm_flight;
+
+static void *shm_fly(void *arg)
+{
+    shm_flight *f = arg;
+    infer_raw("layernorm", f->json, NULL, 0, "", NULL, &f->r);
+    return NULL;
+}
+
+/* Requests of different row counts, their tensors at odd offsets of one input region and their
+ * y at odd offsets of one output region, batched together: each y lands in its own window and
+ * nowhere else. Then a region unregistered while a request that uses it is in flight: that
+ * request is still answered from it, and later ones are refused. */
+Test(v2_configured, tensors_in_shared_memory, .init = start_shm, .fini = stop_shm)
+{
+    enum { N = 6, COLS = 96 };
+    shm_obj in, out;
+    shm_make(&in, "in", 1 << 20);
+    shm_make(&out, "out", 1 << 20);
+
+    /* registering and unregistering take the admin token */
+    nd_resp r;
+    char reg[160];
+    snprintf(reg, sizeof reg, "{\"key\":\"%s\",\"offset\":0,\"byte_size\":%zu}", in.key, in.n);
+    cr_assert_eq(shm_post("/v2/systemsharedmemory/region/in/register", reg, NULL, &r), 401);
+    nd_resp_free(&r);
+    cr_assert_eq(shm_post("/v2/systemsharedmemory/unregister", NULL, NULL, &r), 401);
+    nd_resp_free(&r);
+    shm_register("in", &in, 0, in.n, SHM_AUTH);
+    shm_register("out", &out, 4096, out.n - 4096, SHM_AUTH); /* a window from the second page */
+    cr_assert_eq(nd_http("GET", url_of("/v2"), NULL, NULL, 0, &r), 0);
+    cr_assert(strstr(r.body, "\"system_shared_memory\""), "%s", r.body);
+    nd_resp_free(&r);
+    cr_assert_eq(nd_http("GET", url_of("/v2/systemsharedmemory/region/out/status"), NULL, NULL,
+                         0, &r), 0);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    cr_assert(strstr(r.body, "\"offset\":4096"), "%s", r.body);
+    nd_resp_free(&r);
+
+    ln_case c[N];
+    char json[N][1024];
+    size_t yo[N], at = 3, yat = 5;
+    for (int i = 0; i < N; i++) {
+        ln_make(&c[i], 1 + i % 4, COLS, 700 + (uint64_t)i);
+        /* the batch key holds the parameters' bytes: one gamma and beta for all */
+        if (i) {
+            memcpy(c[i].g, c[0].g, COLS * 2);
+            memcpy(c[i].b, c[0].b, COLS * 2);
+            nd_to_f64(ND_FLOAT16, c[0].g, COLS, c[i].gd);
+            nd_to_f64(ND_FLOAT16, c[0].b, COLS, c[i].bd);
+            nd_ref_layernorm(c[i].xd, c[i].rows, COLS, c[i].gd, c[i].bd, 1e-5, c[i].ref, NULL,
+                             NULL);
+        }
+        size_t xb = (size_t)c[i].rows * COLS * 2;
+        size_t xo = at, go = at + xb + 1, bo = go + COLS * 2 + 1;
+        memcpy(in.p + xo, c[i].x, xb);
+        memcpy(in.p + go, c[i].g, COLS * 2);
+        memcpy(in.p + bo, c[i].b, COLS * 2);
+        at = bo + COLS * 2 + 7;
+        yo[i] = yat;
+        yat += xb + 3;
+        ln_shm_json(&c[i], xo, go, bo, yo[i], json[i], sizeof json[i]);
+    }
+    memset(out.p, 0x7E, out.n); /* poison: 0x7E7E is a NaN in float16 */
+    cr_assert_eq(nd_http("GET", url_of("/metrics"), NULL, NULL, 0, &r), 0);
+    double b0 = nd_metric_value(r.body, "normd_batches_total", "op=\"layernorm\"");
+    nd_resp_free(&r);
+    shm_flight f[N];
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        f[i] = (shm_flight){.json = json[i]};
+        pthread_create(&t[i], NULL, shm_fly, &f[i]);
+    }
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    unsigned char *mine = calloc(out.n, 1); /* 1: inside some request's y window */
+    for (int i = 0; i < N; i++) {
+        check_shm_answer(&c[i], &f[i].r, out.p + 4096 + yo[i]);
+        nd_resp_free(&f[i].r);
+        memset(mine + 4096 + yo[i], 1, (size_t)c[i].rows * COLS * 2);
+    }
+    for (size_t k = 0; k < out.n; k++)
+        cr_assert(mine[k] || out.p[k] == 0x7E, "byte %zu, outside every y window, was written",
+                  k);
+    free(mine);
+    cr_assert_eq(nd_http("GET", url_of("/metrics"), NULL, NULL, 0, &r), 0);
+    double b1 = nd_metric_value(r.body, "normd_batches_total", "op=\"layernorm\"");
+    nd_resp_free(&r);
+    cr_assert(b1 - b0 >= 1 && b1 - b0 < N, "%g batches for %d requests: none shared", b1 - b0, N);
+
+    /* unregistered while in flight: the batch sleeps for --slow-batch-us */
+    memset(out.p, 0x7E, out.n);
+    f[0] = (shm_flight){.json = json[0]};
+    pthread_create(&t[0], NULL, shm_fly, &f[0]);
+    usleep(100000);
+    cr_assert_eq(shm_post("/v2/systemsharedmemory/region/out/unregister", NULL, SHM_AUTH, &r),
+                 200);
+    nd_resp_free(&r);
+    pthread_join(t[0], NULL);
+    check_shm_answer(&c[0], &f[0].r, out.p + 4096 + yo[0]);
+    nd_resp_free(&f[0].r);
+    infer_raw("layernorm", json[0], NULL, 0, "", NULL, &r);
+    expect_error(&r, 400, "outputs[0].parameters.shared_memory_region: no system shared memory "
+                          "region named \\\"out\\\"");
+    nd_resp_free(&r);
+
+    cr_assert_eq(shm_post("/v2/systemsharedmemory/unregister", NULL, SHM_AUTH, &r), 200);
+    nd_resp_free(&r);
+    cr_assert_eq(nd_http("GET", url_of("/v2/systemsharedmemory/status"), NULL, NULL, 0, &r), 0);
+    cr_assert_str_eq(r.body, "[]");
+    nd_resp_free(&r);
+    for (int i = 0; i < N; i++)
+        ln_free(&c[i]);
+    shm_drop(&in);
+    shm_drop(&out);
 }

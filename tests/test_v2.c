@@ -838,6 +838,10 @@ typedef struct reject_case {
     "{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":" shape \
     ",\"parameters\":{\"binary_data_size\":" size "}}"
 
+/* x [2,3] or [1] FP32 with the given input parameters (no data) */
+#define XS(shape, params) \
+    "{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":" shape ",\"parameters\":{" params "}}"
+
 static const reject_case rejects[] = {
     /* malformed */
     {SM, NULL, "", "", 400, "invalid JSON"},
@@ -1076,6 +1080,49 @@ static const reject_case rejects[] = {
      "\"BF16\",\"shape\":[2],\"parameters\":{\"binary_data_size\":4}}],\"outputs\":[{\"name\":"
      "\"y\",\"parameters\":{\"binary_data\":false}}]}",
      "AAAA", 400, "outputs[0]: a BF16 y travels only as binary"},
+    /* shared memory */
+    {SM, NULL, IN(XS("[2,3]", "\"shared_memory_region\":\"r\"")), "", 400,
+     "inputs[0].parameters: shared_memory_region and shared_memory_byte_size go together "
+     "(shared_memory_byte_size is missing)"},
+    {SM, NULL, IN(XS("[2,3]", "\"shared_memory_byte_size\":24")), "", 400,
+     "(shared_memory_region is missing)"},
+    {SM, NULL, IN(XS("[2,3]", "\"shared_memory_offset\":8")), "", 400,
+     "(shared_memory_region is missing)"},
+    {SM, NULL, IN(XS("[2,3]", "\"shared_memory_region\":1,\"shared_memory_byte_size\":24")), "",
+     400, "inputs[0].parameters.shared_memory_region: expected a string, got an integer"},
+    {SM, NULL, IN(XS("[2,3]", "\"shared_memory_region\":\"\",\"shared_memory_byte_size\":24")),
+     "", 400, "inputs[0].parameters.shared_memory_region: a region name has 1 to 63 bytes, got 0"},
+    {SM, NULL,
+     IN(XS("[2,3]", "\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":\"24\"")), "",
+     400, "inputs[0].parameters.shared_memory_byte_size: expected an integer, got a string"},
+    {SM, NULL,
+     IN(XS("[2,3]", "\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":24,"
+                    "\"shared_memory_offset\":-8")),
+     "", 400, "inputs[0].parameters.shared_memory_offset=-8: must be at least 0"},
+    {SM, NULL, IN(XS("[2,3]", "\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":20")),
+     "", 400, "inputs[0].parameters.shared_memory_byte_size=20: shape [2,3] of FP32 is 24 bytes"},
+    {SM, NULL,
+     IN("{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1],\"data\":[1],\"parameters\":"
+        "{\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":4}}"),
+     "", 400, "inputs[0]: has both data and parameters.shared_memory_region"},
+    {SM, AUTO,
+     IN(XS("[1]", "\"binary_data_size\":4,\"shared_memory_region\":\"r\","
+                  "\"shared_memory_byte_size\":4")),
+     "AAAA", 400, "inputs[0]: has both parameters.binary_data_size and "
+                  "parameters.shared_memory_region"},
+    {LN, NULL,
+     "{\"inputs\":[" X23 "],\"outputs\":[{\"name\":\"y\",\"parameters\":{"
+     "\"shared_memory_region\":\"o\",\"shared_memory_byte_size\":23}}]}",
+     "", 400, "outputs[0].parameters.shared_memory_byte_size=23: y is 24 bytes"},
+    {LN, NULL,
+     "{\"inputs\":[" X23 "],\"outputs\":[{\"name\":\"y\"},{\"name\":\"rstd\",\"parameters\":{"
+     "\"shared_memory_region\":\"o\",\"shared_memory_byte_size\":4}}]}",
+     "", 400, "outputs[1].parameters.shared_memory_byte_size=4: rstd is 8 bytes"},
+    {LN, NULL,
+     "{\"inputs\":[" X23 "],\"outputs\":[{\"name\":\"mean\",\"parameters\":{"
+     "\"shared_memory_byte_size\":8}}]}",
+     "", 400, "outputs[0].parameters: shared_memory_region and shared_memory_byte_size go "
+              "together"},
 };
 
 Test(v2, rejections)
@@ -1648,4 +1695,112 @@ Test(encode, in_room_answer_is_the_copied_answer)
         free(buf);
         nd_v2_request_free(&r);
     }
+}
+
+/* ======================================================================== shared memory */
+
+/* Tensors named by shared memory regions: the parser records each reference where the server
+ * looks for it and leaves the tensor's pointer for the server to set; the answer names the region
+ * of an output written there instead of carrying its values. */
+Test(shm, references_are_recorded_and_answered_without_data)
+{
+    uint64_t s = rng_init() ^ 0x5eed;
+    const int64_t rows = rnd_range(&s, 1, 9), cols = rnd_range(&s, 1, 40);
+    const uint64_t xoff = (uint64_t)rnd_range(&s, 0, 4096), goff = (uint64_t)rnd_range(&s, 0, 99);
+    const uint64_t xbytes = (uint64_t)(rows * cols) * 2, pbytes = (uint64_t)cols * 2;
+    sbuf b = {0};
+    sb_printf(&b, "{\"parameters\":{\"binary_data_output\":true},\"inputs\":["
+                  "{\"name\":\"x\",\"datatype\":\"FP16\",\"shape\":[%lld,%lld],\"parameters\":{"
+                  "\"shared_memory_region\":\"in-1\",\"shared_memory_byte_size\":%llu,"
+                  "\"shared_memory_offset\":%llu}},"
+                  "{\"name\":\"gamma\",\"datatype\":\"FP16\",\"shape\":[%lld],\"parameters\":{"
+                  "\"shared_memory_region\":\"in.2\",\"shared_memory_byte_size\":%llu,"
+                  "\"shared_memory_offset\":%llu}}],"
+                  "\"outputs\":[{\"name\":\"rstd\",\"parameters\":{\"shared_memory_region\":\"out\","
+                  "\"shared_memory_byte_size\":%llu}},{\"name\":\"mean\"},"
+                  "{\"name\":\"y\",\"parameters\":{\"shared_memory_region\":\"out\","
+                  "\"shared_memory_byte_size\":%llu,\"shared_memory_offset\":64}}]}",
+              (long long)rows, (long long)cols, (unsigned long long)xbytes,
+              (unsigned long long)xoff, (long long)cols, (unsigned long long)pbytes,
+              (unsigned long long)goff, (unsigned long long)rows * 4 + 8,
+              (unsigned long long)xbytes);
+    nd_v2_request r;
+    nd_error err = {{0}};
+    cr_assert_eq(nd_v2_parse_infer(ND_OP_LAYERNORM, b.p, b.len, NULL, 0, &r, &err), 0, "%s: %s",
+                 b.p, err.msg);
+    cr_assert_eq(r.nshm, 4);
+    cr_assert_str_eq(r.in_shm[ND_V2_IN_X].region, "in-1");
+    cr_assert_eq(r.in_shm[ND_V2_IN_X].offset, xoff);
+    cr_assert_eq(r.in_shm[ND_V2_IN_X].byte_size, xbytes);
+    cr_assert_eq(r.in_shm[ND_V2_IN_X].index, 0);
+    cr_assert_str_eq(r.in_shm[ND_V2_IN_GAMMA].region, "in.2");
+    cr_assert_eq(r.in_shm[ND_V2_IN_GAMMA].offset, goff);
+    cr_assert_eq(r.in_shm[ND_V2_IN_GAMMA].index, 1);
+    cr_assert_str_eq(r.in_shm[ND_V2_IN_BETA].region, "");
+    cr_assert_null(r.req.x, "x's pointer is the server's to set");
+    cr_assert_null(r.req.gamma);
+    cr_assert_null(r.req.owned, "nothing to copy");
+    cr_assert_eq(r.req.outer, rows);
+    cr_assert_eq(r.req.mid, cols);
+    cr_assert_str_eq(r.out_shm[ND_V2_OUT_Y].region, "out");
+    cr_assert_eq(r.out_shm[ND_V2_OUT_Y].offset, 64);
+    cr_assert_eq(r.out_shm[ND_V2_OUT_Y].index, 2);
+    cr_assert_str_eq(r.out_shm[ND_V2_OUT_RSTD].region, "out");
+    cr_assert_str_eq(r.out_shm[ND_V2_OUT_MEAN].region, "");
+    cr_assert_eq(nd_v2_output_bytes(&r, ND_V2_OUT_Y), xbytes);
+    cr_assert_eq(nd_v2_output_bytes(&r, ND_V2_OUT_RSTD), (uint64_t)rows * 4);
+    /* binary_data_output covers the outputs that are not in shared memory only */
+    cr_assert_eq(r.binary_outputs, ND_OUT_MEAN, "binary outputs 0x%x", r.binary_outputs);
+
+    /* The answer: y and rstd name their region and byte size and carry no data; mean is binary. */
+    float *mean = malloc((size_t)rows * sizeof(float));
+    for (int64_t i = 0; i < rows; i++)
+        mean[i] = (float)rnd_range(&s, -1000, 1000) / 8;
+    char *out;
+    size_t len, jlen;
+    cr_assert_eq(nd_v2_encode_infer(&r, NULL, mean, NULL, &out, &len, &jlen), 0);
+    cr_assert_eq(len, jlen + (size_t)rows * 4, "the binary part is mean alone");
+    cr_assert_eq(memcmp(out + jlen, mean, (size_t)rows * 4), 0);
+    json_error_t jerr;
+    json_t *a = json_loadb(out, jlen, JSON_REJECT_DUPLICATES, &jerr);
+    cr_assert_not_null(a, "%s: %.*s", jerr.text, (int)jlen, out);
+    const json_t *outs = json_object_get(a, "outputs");
+    cr_assert_eq(json_array_size(outs), 3);
+    const char *names[3] = {"rstd", "mean", "y"};
+    const uint64_t sizes[3] = {(uint64_t)rows * 4, (uint64_t)rows * 4, xbytes};
+    for (int k = 0; k < 3; k++) {
+        const json_t *o = json_array_get(outs, k);
+        const json_t *p = json_object_get(o, "parameters");
+        cr_assert_str_eq(json_string_value(json_object_get(o, "name")), names[k]);
+        cr_assert_null(json_object_get(o, "data"), "%s has data", names[k]);
+        if (k == 1) {
+            cr_assert_eq(json_integer_value(json_object_get(p, "binary_data_size")), rows * 4);
+            continue;
+        }
+        cr_assert_str_eq(json_string_value(json_object_get(p, "shared_memory_region")), "out");
+        cr_assert_eq((uint64_t)json_integer_value(json_object_get(p, "shared_memory_byte_size")),
+                     sizes[k], "%s", names[k]);
+        cr_assert_null(json_object_get(p, "binary_data_size"));
+    }
+    json_decref(a);
+    free(out);
+    free(mean);
+    nd_v2_request_free(&r);
+    free(b.p);
+}
+
+/* A BF16 y may go to shared memory: no JSON numbers are needed for it. */
+Test(shm, bf16_y_may_go_to_shared_memory)
+{
+    const char *json = "{\"inputs\":[{\"name\":\"x\",\"datatype\":\"BF16\",\"shape\":[2],"
+                       "\"parameters\":{\"shared_memory_region\":\"i\",\"shared_memory_byte_size\":"
+                       "4}}],\"outputs\":[{\"name\":\"y\",\"parameters\":{\"shared_memory_region\":"
+                       "\"o\",\"shared_memory_byte_size\":4}}]}";
+    nd_v2_request r;
+    nd_error err = {{0}};
+    cr_assert_eq(nd_v2_parse_infer(ND_OP_SOFTMAX, json, strlen(json), NULL, 0, &r, &err), 0, "%s",
+                 err.msg);
+    cr_assert_eq(r.req.wire, ND_WIRE_BINARY);
+    cr_assert_eq(r.binary_outputs, 0u);
+    nd_v2_request_free(&r);
 }

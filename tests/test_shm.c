@@ -1,0 +1,223 @@
+/*
+ * test_shm.c - the shared memory region registry (server/shm.c): registration checks, the window a
+ * request sees, the status document, and the lifetime rule (a region unregistered while a request
+ * holds it stays mapped until that request lets go).
+ *
+ * Each test makes its own POSIX shared memory objects, named after the process, and removes them.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../server/shm.h"
+
+/* A shared memory object of n bytes, its bytes i = (i * 7 + salt) & 255; returns its key in key
+ * and a mapping of it in *map (the test's own view). */
+static void make_object(char *key, size_t size, const char *tag, size_t n, unsigned salt,
+                        unsigned char **map)
+{
+    snprintf(key, size, "/normd-test-%d-%s", (int)getpid(), tag);
+    shm_unlink(key);
+    int fd = shm_open(key, O_RDWR | O_CREAT | O_EXCL, 0600);
+    cr_assert(fd >= 0, "shm_open %s", key);
+    cr_assert_eq(ftruncate(fd, (off_t)n), 0);
+    *map = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    cr_assert_neq(*map, MAP_FAILED);
+    for (size_t i = 0; i < n; i++)
+        (*map)[i] = (unsigned char)(i * 7 + salt);
+    close(fd);
+}
+
+Test(shm, a_window_is_seen_at_its_offset_both_ways)
+{
+    char key[96];
+    unsigned char *obj;
+    const size_t n = 3 * 4096 + 100;
+    make_object(key, sizeof key, "window", n, 3, &obj);
+    nd_shm *r = nd_shm_create(8);
+    nd_error err = {{0}};
+    /* a window that starts mid-page, so the mapping starts before it */
+    const uint64_t off = 4096 + 37, size = 2 * 4096;
+    cr_assert_eq(nd_shm_register(r, "w", key, off, size, &err), 0, "%s", err.msg);
+    cr_assert_eq(nd_shm_count(r), 1);
+
+    void *p = NULL;
+    int st = 0;
+    nd_shm_region *g = nd_shm_acquire(r, "w", 11, 500, &p, &st, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    cr_assert_eq(memcmp(p, obj + off + 11, 500), 0, "the daemon reads the client's bytes");
+    memset(p, 0xA5, 500);
+    for (size_t i = 0; i < 500; i++)
+        cr_assert_eq(obj[off + 11 + i], 0xA5, "the client sees the daemon's write at %zu", i);
+    cr_assert_eq(obj[off + 10], (unsigned char)((off + 10) * 7 + 3), "nothing before the window");
+    cr_assert_eq(obj[off + 511], (unsigned char)((off + 511) * 7 + 3), "nothing after it");
+    nd_shm_release(r, g);
+
+    /* the last byte of the window, and one past it */
+    cr_assert_not_null(g = nd_shm_acquire(r, "w", size - 1, 1, &p, &st, &err), "%s", err.msg);
+    nd_shm_release(r, g);
+    cr_assert_null(nd_shm_acquire(r, "w", size - 1, 2, &p, &st, &err));
+    cr_assert_eq(st, 400);
+    cr_assert(strstr(err.msg, "run past region \"w\""), "%s", err.msg);
+    cr_assert_null(nd_shm_acquire(r, "w", size + 1, 0, &p, &st, &err));
+    cr_assert_null(nd_shm_acquire(r, "nope", 0, 1, &p, &st, &err));
+    cr_assert(strstr(err.msg, "no system shared memory region named \"nope\""), "%s", err.msg);
+
+    cr_assert_eq(nd_shm_unregister(r, "w"), 1);
+    cr_assert_eq(nd_shm_count(r), 0);
+    cr_assert_null(nd_shm_acquire(r, "w", 0, 1, &p, &st, &err), "gone once unregistered");
+    nd_shm_destroy(r);
+    munmap(obj, n);
+    shm_unlink(key);
+}
+
+Test(shm, registration_is_checked)
+{
+    char key[96];
+    unsigned char *obj;
+    make_object(key, sizeof key, "checks", 1000, 0, &obj);
+    nd_shm *r = nd_shm_create(2);
+    nd_error err = {{0}};
+    struct {
+        const char *name, *key;
+        uint64_t off, size;
+        int status;
+        const char *msg;
+    } bad[] = {
+        {"", key, 0, 10, 400, "region name"},
+        {"a/b", key, 0, 10, 400, "region name"},
+        {"a b", key, 0, 10, 400, "region name"},
+        {"ok", "/", 0, 10, 400, "key \"/\""},
+        {"ok", "/a/b", 0, 10, 400, "key \"/a/b\""},
+        {"ok", "..", 0, 10, 400, "key \"..\""},
+        {"ok", key, 0, 0, 400, "byte_size: must be at least 1"},
+        {"ok", key, 1, 1000, 400, "the object is 1000 bytes, but offset 1 + byte_size 1000 "
+                                  "reach byte 1001"},
+        {"ok", key, UINT64_MAX, 2, 400, "past 2^63"},
+        {"ok", "/normd-test-no-such-object", 0, 10, 400, "cannot open the shared memory object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&err, 0, sizeof err);
+        int st = nd_shm_register(r, bad[i].name, bad[i].key, bad[i].off, bad[i].size, &err);
+        cr_expect_eq(st, bad[i].status, "case %zu: %d (%s)", i, st, err.msg);
+        cr_expect(strstr(err.msg, bad[i].msg), "case %zu: \"%s\" lacks \"%s\"", i, err.msg,
+                  bad[i].msg);
+    }
+    cr_assert_eq(nd_shm_count(r), 0, "nothing was registered");
+
+    cr_assert_eq(nd_shm_register(r, "a", key, 0, 1000, &err), 0, "%s", err.msg);
+    cr_assert_eq(nd_shm_register(r, "a", key, 0, 10, &err), 400);
+    cr_assert(strstr(err.msg, "already registered"), "%s", err.msg);
+    cr_assert_eq(nd_shm_register(r, "b", key + 1, 500, 500, &err), 0, "a key without its slash: %s",
+                 err.msg);
+    cr_assert_eq(nd_shm_register(r, "c", key, 0, 10, &err), 507, "past max_regions");
+    cr_assert_eq(nd_shm_unregister(r, "not-there"), 0, "unregistering a stranger is no error");
+    cr_assert_eq(nd_shm_unregister(r, NULL), 2);
+    cr_assert_eq(nd_shm_register(r, "c", key, 0, 10, &err), 0, "room again: %s", err.msg);
+    nd_shm_destroy(r);
+    munmap(obj, 1000);
+    shm_unlink(key);
+}
+
+Test(shm, status_lists_what_is_registered)
+{
+    char key[96];
+    unsigned char *obj;
+    make_object(key, sizeof key, "status", 4096, 0, &obj);
+    nd_shm *r = nd_shm_create(8);
+    nd_error err = {{0}};
+    cr_assert_eq(nd_shm_register(r, "one", key, 0, 100, &err), 0, "%s", err.msg);
+    cr_assert_eq(nd_shm_register(r, "two", key, 96, 4000, &err), 0, "%s", err.msg);
+    int st = 0;
+    char *s = nd_shm_status_json(r, NULL, &st, &err);
+    cr_assert_eq(st, 200);
+    json_t *d = json_loads(s, 0, NULL);
+    cr_assert(json_is_array(d) && json_array_size(d) == 2, "%s", s);
+    int seen = 0;
+    for (size_t i = 0; i < 2; i++) {
+        const json_t *o = json_array_get(d, i);
+        const char *name = json_string_value(json_object_get(o, "name"));
+        cr_assert_str_eq(json_string_value(json_object_get(o, "key")), key);
+        int two = !strcmp(name, "two");
+        seen |= 1 << two;
+        cr_assert_eq(json_integer_value(json_object_get(o, "offset")), two ? 96 : 0);
+        cr_assert_eq(json_integer_value(json_object_get(o, "byte_size")), two ? 4000 : 100);
+    }
+    cr_assert_eq(seen, 3, "%s", s);
+    json_decref(d);
+    free(s);
+
+    s = nd_shm_status_json(r, "two", &st, &err);
+    d = json_loads(s, 0, NULL);
+    cr_assert(json_array_size(d) == 1, "%s", s);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(d, 0), "name")), "two");
+    json_decref(d);
+    free(s);
+    cr_assert_null(nd_shm_status_json(r, "three", &st, &err));
+    cr_assert_eq(st, 400);
+    cr_assert(strstr(err.msg, "\"three\""), "%s", err.msg);
+    nd_shm_destroy(r);
+    munmap(obj, 4096);
+    shm_unlink(key);
+}
+
+/* Unregistering takes the name at once, but a request that holds the region keeps its mapping:
+ * its pointer stays readable and writable until it lets go (under ASan a freed mapping would
+ * fault here). */
+Test(shm, a_held_region_outlives_its_unregistering)
+{
+    char key[96];
+    unsigned char *obj;
+    make_object(key, sizeof key, "held", 8192, 9, &obj);
+    nd_shm *r = nd_shm_create(4);
+    nd_error err = {{0}};
+    cr_assert_eq(nd_shm_register(r, "h", key, 0, 8192, &err), 0, "%s", err.msg);
+    void *p1 = NULL, *p2 = NULL;
+    int st = 0;
+    nd_shm_region *g1 = nd_shm_acquire(r, "h", 0, 8192, &p1, &st, &err);
+    nd_shm_region *g2 = nd_shm_acquire(r, "h", 4096, 4096, &p2, &st, &err);
+    cr_assert(g1 && g2, "%s", err.msg);
+    cr_assert_eq(nd_shm_unregister(r, NULL), 1);
+    cr_assert_eq(nd_shm_count(r), 0);
+    /* the name is free for a new registration while the old region is still held */
+    cr_assert_eq(nd_shm_register(r, "h", key, 0, 100, &err), 0, "%s", err.msg);
+    nd_shm_release(r, g1);
+    unsigned char *q = p2;
+    for (size_t i = 0; i < 4096; i++)
+        cr_assert_eq(q[i], (unsigned char)((4096 + i) * 7 + 9), "byte %zu after unregister", i);
+    q[0] = 0x5A;
+    cr_assert_eq(obj[4096], 0x5A);
+    nd_shm_release(r, g2);
+    nd_shm_destroy(r);
+    munmap(obj, 8192);
+    shm_unlink(key);
+}
+
+/* A client that shrinks its object after registering gets a 400 at its next request, instead of
+ * the daemon touching pages past the object's end (SIGBUS). */
+Test(shm, a_shrunk_object_is_refused)
+{
+    char key[96];
+    unsigned char *obj;
+    make_object(key, sizeof key, "shrunk", 8192, 0, &obj);
+    nd_shm *r = nd_shm_create(4);
+    nd_error err = {{0}};
+    cr_assert_eq(nd_shm_register(r, "s", key, 4096, 4096, &err), 0, "%s", err.msg);
+    int fd = shm_open(key, O_RDWR, 0);
+    cr_assert(fd >= 0);
+    cr_assert_eq(ftruncate(fd, 4096), 0);
+    close(fd);
+    void *p = NULL;
+    int st = 0;
+    cr_assert_null(nd_shm_acquire(r, "s", 0, 1, &p, &st, &err));
+    cr_assert_eq(st, 400);
+    cr_assert(strstr(err.msg, "no longer holds it (4096 bytes now)"), "%s", err.msg);
+    nd_shm_destroy(r);
+    munmap(obj, 8192);
+    shm_unlink(key);
+}
