@@ -6,6 +6,11 @@
 --   NORMD_SHAPE  comma-separated shape                         (default 8,4096)
 --   NORMD_PROTO  v1 (raw binary, /v1/{op}) | v2 (KServe v2 with binary tensors:
 --                Inference-Header-Content-Length, a JSON header, then x; y asked in binary)
+--                | v2shm (KServe v2 with x and y in system shared memory: the body is JSON
+--                alone, x is read from region bench_in at offset 0 and each wrk thread's y goes
+--                to its own slot of region bench_out; the caller creates and registers both,
+--                see two_gpus.sh, and names bench_in's file in NORMD_SHM_IN_FILE, which the
+--                script fills with x before the first request)
 -- x is random bytes shaped into small finite values (|x| in [1/8, 8), either sign), so no NaN or
 -- infinity reaches the kernels; every wrk thread builds its own body once, in init.
 --
@@ -56,10 +61,28 @@ local counter = 0
 function setup(thread)
    counter = counter + 1
    thread:set("id", counter)
+   if proto == "v2shm" and counter == 1 then
+      local f = assert(io.open(assert(os.getenv("NORMD_SHM_IN_FILE")), "r+b"))
+      f:write(make_body(12345))
+      f:close()
+   end
 end
 
 local req
 function init(args)
+   if proto == "v2shm" then
+      local v2type = ({float32 = "FP32", float16 = "FP16", bfloat16 = "BF16"})[dtype]
+      local bytes = elems * (dtype == "float32" and 4 or 2)
+      local body = string.format(
+         '{"inputs":[{"name":"x","shape":[%s],"datatype":"%s","parameters":' ..
+         '{"shared_memory_region":"bench_in","shared_memory_byte_size":%d}}],' ..
+         '"outputs":[{"name":"y","parameters":{"shared_memory_region":"bench_out",' ..
+         '"shared_memory_offset":%d,"shared_memory_byte_size":%d}}]}',
+         shape, v2type, bytes, ((id or 1) - 1) * bytes, bytes)
+      req = wrk.format("POST", "/v2/models/" .. op .. "/infer",
+                       {["Content-Type"] = "application/json"}, body)
+      return
+   end
    local body = make_body(12345 + (id or 0))
    if proto == "v2" then
       local v2type = ({float32 = "FP32", float16 = "FP16", bfloat16 = "BF16"})[dtype]

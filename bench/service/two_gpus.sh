@@ -1,30 +1,64 @@
 #!/usr/bin/env bash
-# two_gpus.sh - does a second GPU add throughput? /v1 raw binary (post_binary.lua) at each
-# connection count, a fresh daemon per run on one GPU (--devices 0) and then on two (--devices
-# 0,1), for each shape. Prints one line per run: rps, p50, p99, max (us), non-2xx.
+# two_gpus.sh - does a second GPU add throughput? post_binary.lua at each connection count, a
+# fresh daemon per run on one GPU (--devices 0) and then on two (--devices 0,1), for each shape
+# and way of sending tensors:
+#   v1     /v1 raw binary: x and y cross the socket
+#   v2shm  KServe v2 with x and y in system shared memory (--allow-client-shm): the body is a
+#          few hundred bytes of JSON; x is read from a registered region and y written to one
+# Prints one line per run: rps, p50, p99, max (us), non-2xx.
 #
-# Environment: NORMD_BIN (build/normd), SHAPES ("64,4096 8,4096"), CONNS ("64 256"), DURATION (8),
-# OP/DTYPE (layernorm float16). Only 127.0.0.1 is contacted.
+# Environment: NORMD_BIN (build/normd), SHAPES ("64,4096 8,4096"), CONNS ("64 256"), MODES
+# ("v1 v2shm"), DURATION (8), OP/DTYPE (layernorm float16), BACKEND (cuda; null measures the
+# host alone). Only 127.0.0.1 is contacted.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 NORMD_BIN=${NORMD_BIN:-build/normd}
-export NORMD_OP=${OP:-layernorm} NORMD_DTYPE=${DTYPE:-float16} NORMD_PROTO=v1
+export NORMD_OP=${OP:-layernorm} NORMD_DTYPE=${DTYPE:-float16}
 source "$here/lib.sh"
-trap stop_daemon EXIT
+shm_in=/dev/shm/normd-bench-in-$$ shm_out=/dev/shm/normd-bench-out-$$
+cleanup() {
+    stop_daemon
+    rm -f "$shm_in" "$shm_out"
+}
+trap cleanup EXIT
 log=$(mktemp)
-one() { # name devices connections
-    start_daemon "$log" --backend cuda --devices "$2" || exit 1
+threads=8
+
+# register NAME FILE BYTES: a region over the whole object
+register() {
+    curl -sf -X POST "http://127.0.0.1:$daemon_port/v2/systemsharedmemory/region/$1/register" \
+         -H 'Content-Type: application/json' \
+         -d "{\"key\":\"/${2##*/}\",\"offset\":0,\"byte_size\":$3}" >/dev/null ||
+        { echo "${0##*/}: registering $1 failed" >&2; exit 1; }
+}
+
+one() { # name devices connections mode
+    local extra=() bytes
+    if [ "$4" = v2shm ]; then
+        extra=(--allow-client-shm)
+        bytes=$(( $(tr ',' '*' <<<"$NORMD_SHAPE") * $([ "$NORMD_DTYPE" = float32 ] && echo 4 || echo 2) ))
+        truncate -s "$bytes" "$shm_in"
+        truncate -s $((bytes * threads)) "$shm_out"
+    fi
+    start_daemon "$log" --backend "${BACKEND:-cuda}" --devices "$2" "${extra[@]}" || exit 1
+    if [ "$4" = v2shm ]; then
+        register bench_in "$shm_in" "$bytes"
+        register bench_out "$shm_out" $((bytes * threads))
+    fi
     local r
-    r=$(wrk -t 8 -c "$3" -d "${DURATION:-8}s" --timeout 10s -s "$here/post_binary.lua" \
+    r=$(NORMD_PROTO=$4 NORMD_SHM_IN_FILE=$shm_in \
+        wrk -t $threads -c "$3" -d "${DURATION:-8}s" --timeout 10s -s "$here/post_binary.lua" \
         "http://127.0.0.1:$daemon_port/" | grep '^RESULT')
-    echo "$1 shape=$NORMD_SHAPE c=$3 rps=$(field rps "$r") p50_us=$(field p50_us "$r")" \
+    echo "$1 $4 shape=$NORMD_SHAPE c=$3 rps=$(field rps "$r") p50_us=$(field p50_us "$r")" \
          "p99_us=$(field p99_us "$r") max_us=$(field max_us "$r") non2xx=$(field non2xx "$r")"
     stop_daemon
 }
 for shape in ${SHAPES:-64,4096 8,4096}; do
     export NORMD_SHAPE=$shape
-    for c in ${CONNS:-64 256}; do
-        one gpu1 0 "$c"
-        one gpu2 0,1 "$c"
+    for mode in ${MODES:-v1 v2shm}; do
+        for c in ${CONNS:-64 256}; do
+            one gpu1 0 "$c" "$mode"
+            one gpu2 0,1 "$c" "$mode"
+        done
     done
 done
