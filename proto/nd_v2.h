@@ -77,9 +77,9 @@ typedef struct nd_v2_request {
     int nshm;               /* how many of the above name a region */
 } nd_v2_request;
 
-/* The byte size of output ND_V2_OUT_* k of a parsed request (y: x's size; mean, rstd: one float
- * per row). */
-uint64_t nd_v2_output_bytes(const nd_v2_request *r, int k);
+/* The byte size of output ND_V2_OUT_* k of a request (y: x's size; mean, rstd: one float per
+ * row). */
+uint64_t nd_v2_output_bytes(const nd_request *req, int k);
 
 /*
  * Parse POST /v2/models/{op}/infer. header_len is the Inference-Header-Content-Length header's

@@ -533,7 +533,7 @@ static int read_outputs(const json_t *outs, nd_v2_request *r, int binary_default
             if ((rc = read_shm(params, "outputs", i, ref, err)))
                 return rc;
             if (ref->region[0]) {
-                const uint64_t need = nd_v2_output_bytes(r, k);
+                const uint64_t need = nd_v2_output_bytes(&r->req, k);
                 if (ref->byte_size < need)
                     return nd_proto_fail(err, 400,
                                          "outputs[%zu].parameters.shared_memory_byte_size=%llu: "
@@ -551,9 +551,8 @@ static int read_outputs(const json_t *outs, nd_v2_request *r, int binary_default
     return 0;
 }
 
-uint64_t nd_v2_output_bytes(const nd_v2_request *r, int k)
+uint64_t nd_v2_output_bytes(const nd_request *req, int k)
 {
-    const nd_request *req = &r->req;
     if (k == ND_V2_OUT_Y)
         return (uint64_t)req->elems * nd_dtype_size(req->dtype);
     return (uint64_t)nd_request_stat_rows(req) * sizeof(float);

@@ -168,7 +168,8 @@ static void *hold_shm(conn *c, const nd_v2_shm_ref *ref, uint64_t bytes, const c
 }
 
 /* Points the job's tensors that live in shared memory at their regions, holding each region
- * until the request completes. Returns 0, or an HTTP status with a message in err. */
+ * until the request completes; each window must hold its tensor. Returns 0, or an HTTP status
+ * with a message in err. The request is c->job.req by now (c->v2.req was moved there). */
 static int bind_shm(conn *c, nd_error *err)
 {
     nd_server *s = c->srv;
@@ -187,15 +188,17 @@ static int bind_shm(conn *c, nd_error *err)
     }
     for (int k = 0; k < ND_V2_OUT_COUNT; k++) {
         const nd_v2_shm_ref *ref = &c->v2.out_shm[k];
-        if (ref->region[0] && !(c->shm_out[k] = hold_shm(c, ref, nd_v2_output_bytes(&c->v2, k),
-                                                         "outputs", &st, err)))
+        if (!ref->region[0])
+            continue;
+        const uint64_t bytes = nd_v2_output_bytes(req, k);
+        if (!(c->shm_out[k] = hold_shm(c, ref, bytes, "outputs", &st, err)))
             return st;
     }
     c->job.y_dst = c->shm_out[ND_V2_OUT_Y];
     /* The byte budget charges a request for the memory it makes the daemon hold (the body, the
      * batch's staging, the answer). A request in shared memory sends a small body but still
      * takes staging in and out: charge that, and turn it away as an over-budget body is. */
-    long long charge = 2 * (long long)nd_v2_output_bytes(&c->v2, ND_V2_OUT_Y);
+    long long charge = 2 * (long long)nd_v2_output_bytes(req, ND_V2_OUT_Y);
     long long after = atomic_fetch_add(&s->inflight_bytes, charge) + charge;
     c->charged += charge;
     if (after > (long long)s->cfg.max_inflight_bytes && after != c->charged) {
@@ -252,7 +255,7 @@ enum MHD_Result nd_v2_send_result(conn *c)
     const float *stats[ND_V2_OUT_COUNT] = {NULL, j->mean, j->rstd};
     for (int k = ND_V2_OUT_MEAN; k < ND_V2_OUT_COUNT; k++)
         if (c->shm_out[k] && stats[k])
-            memcpy(c->shm_out[k], stats[k], nd_v2_output_bytes(&r, k));
+            memcpy(c->shm_out[k], stats[k], nd_v2_output_bytes(&r.req, k));
     char *out;
     size_t len, json_len;
     if (nd_v2_encode_infer_room(&r, j->y, j->y ? j->y_room : 0, j->mean, j->rstd, &out, &len,

@@ -652,7 +652,8 @@ static void start_shm(void)
     /* a batching window, so that the concurrent requests below share batches; a slow batch, so
      * that a region can be unregistered while its request is in flight */
     static const char *args[] = {"--allow-client-shm", "--admin-token-file", NULL,
-                                 "--max-delay-us", "200000", "--slow-batch-us", "300000", NULL};
+                                 "--max-delay-us", "200000", "--slow-batch-us", "300000",
+                                 "--max-inflight-bytes", "1000000", NULL};
     args[2] = shm_token_path;
     start(args);
 }
@@ -680,7 +681,8 @@ static void *shm_fly(void *arg)
 /* Requests of different row counts, their tensors at odd offsets of one input region and their
  * y at odd offsets of one output region, batched together: each y lands in its own window and
  * nowhere else. Then a region unregistered while a request that uses it is in flight: that
- * request is still answered from it, and later ones are refused. */
+ * request is still answered from it, and later ones are refused. Then a y window past its
+ * region's end, and the byte budget. */
 Test(v2_configured, tensors_in_shared_memory, .init = start_shm, .fini = stop_shm)
 {
     enum { N = 6, COLS = 96 };
@@ -772,6 +774,45 @@ Test(v2_configured, tensors_in_shared_memory, .init = start_shm, .fini = stop_sh
     infer_raw("layernorm", json[0], NULL, 0, "", NULL, &r);
     expect_error(&r, 400, "outputs[0].parameters.shared_memory_region: no system shared memory "
                           "region named \\\"out\\\"");
+    nd_resp_free(&r);
+
+    /* a y window that the request says is large enough, but that runs past its region */
+    shm_register("tiny", &out, 0, 100, SHM_AUTH);
+    char tiny[1024];
+    snprintf(tiny, sizeof tiny,
+             "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,96],\"datatype\":\"FP16\","
+             "\"parameters\":{\"shared_memory_region\":\"in\",\"shared_memory_byte_size\":"
+             "192}}],\"outputs\":[{\"name\":\"y\",\"parameters\":{\"shared_memory_region\":"
+             "\"tiny\",\"shared_memory_byte_size\":192}}]}");
+    memset(out.p, 0x7E, out.n);
+    infer_raw("layernorm", tiny, NULL, 0, "", NULL, &r);
+    expect_error(&r, 400, "outputs[0].parameters.shared_memory_region: offset 0 + 192 bytes run "
+                          "past region");
+    nd_resp_free(&r);
+    for (size_t k = 0; k < 4096; k++)
+        cr_assert_eq(out.p[k], 0x7E, "byte %zu written by a refused request", k);
+
+    /* The byte budget (--max-inflight-bytes 1000000) counts the staging a request in shared
+     * memory takes, though its body is small: 1 MiB of x beside a request in flight is 503, and
+     * alone it runs. */
+    char big[1024];
+    snprintf(big, sizeof big,
+             "{\"inputs\":[{\"name\":\"x\",\"shape\":[512,1024],\"datatype\":\"FP16\","
+             "\"parameters\":{\"shared_memory_region\":\"in\",\"shared_memory_byte_size\":"
+             "1048576}}],\"outputs\":[{\"name\":\"y\",\"parameters\":{\"shared_memory_region\":"
+             "\"in\",\"shared_memory_byte_size\":1048576}}]}");
+    shm_register("out", &out, 4096, out.n - 4096, SHM_AUTH);
+    f[0] = (shm_flight){.json = json[0]};
+    pthread_create(&t[0], NULL, shm_fly, &f[0]);
+    usleep(100000);
+    infer_raw("softmax", big, NULL, 0, "", NULL, &r);
+    expect_error(&r, 503, "in-flight byte budget");
+    nd_resp_free(&r);
+    pthread_join(t[0], NULL);
+    cr_assert_eq(f[0].r.code, 200, "%s", f[0].r.body);
+    nd_resp_free(&f[0].r);
+    infer_raw("softmax", big, NULL, 0, "", NULL, &r);
+    cr_assert_eq(r.code, 200, "alone: HTTP %ld: %s", r.code, r.body);
     nd_resp_free(&r);
 
     cr_assert_eq(shm_post("/v2/systemsharedmemory/unregister", NULL, SHM_AUTH, &r), 200);

@@ -1747,8 +1747,8 @@ Test(shm, references_are_recorded_and_answered_without_data)
     cr_assert_eq(r.out_shm[ND_V2_OUT_Y].index, 2);
     cr_assert_str_eq(r.out_shm[ND_V2_OUT_RSTD].region, "out");
     cr_assert_str_eq(r.out_shm[ND_V2_OUT_MEAN].region, "");
-    cr_assert_eq(nd_v2_output_bytes(&r, ND_V2_OUT_Y), xbytes);
-    cr_assert_eq(nd_v2_output_bytes(&r, ND_V2_OUT_RSTD), (uint64_t)rows * 4);
+    cr_assert_eq(nd_v2_output_bytes(&r.req, ND_V2_OUT_Y), xbytes);
+    cr_assert_eq(nd_v2_output_bytes(&r.req, ND_V2_OUT_RSTD), (uint64_t)rows * 4);
     /* binary_data_output covers the outputs that are not in shared memory only */
     cr_assert_eq(r.binary_outputs, ND_OUT_MEAN, "binary outputs 0x%x", r.binary_outputs);
 
