@@ -8,8 +8,8 @@
 # Prints one line per run: rps, p50, p99, max (us), non-2xx.
 #
 # Environment: NORMD_BIN (build/normd), SHAPES ("64,4096 8,4096"), CONNS ("64 256"), MODES
-# ("v1 v2shm"), DURATION (8), OP/DTYPE (layernorm float16), BACKEND (cuda; null measures the
-# host alone). Only 127.0.0.1 is contacted.
+# ("v1 v2shm"), GPUS ("1 2": the device counts to run), DURATION (8), OP/DTYPE (layernorm
+# float16), BACKEND (cuda; null measures the host alone). Only 127.0.0.1 is contacted.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 NORMD_BIN=${NORMD_BIN:-build/normd}
@@ -57,8 +57,9 @@ for shape in ${SHAPES:-64,4096 8,4096}; do
     export NORMD_SHAPE=$shape
     for mode in ${MODES:-v1 v2shm}; do
         for c in ${CONNS:-64 256}; do
-            one gpu1 0 "$c" "$mode"
-            one gpu2 0,1 "$c" "$mode"
+            for g in ${GPUS:-1 2}; do
+                one "gpu$g" "$(seq -s, 0 $((g - 1)))" "$c" "$mode"
+            done
         done
     done
 done
