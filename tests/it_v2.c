@@ -661,6 +661,13 @@ static void start_shm(void)
 static void stop_shm(void)
 {
     unlink(shm_token_path);
+    /* the test's objects, also when a failed assertion ended it before shm_drop */
+    const char *tags[] = {"in", "out"};
+    for (int i = 0; i < 2; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "/normd-it-v2-%d-%s", (int)getpid(), tags[i]);
+        shm_unlink(key);
+    }
     stop_clean();
 }
 
