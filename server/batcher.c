@@ -99,6 +99,14 @@ static void wake_slot(nd_batcher *b, int slot)
         pthread_cond_signal(&b->wake[slot]);
 }
 
+/* 1 when a job's x (or y) goes by the device's own copy from (or to) its place: pinned (in
+ * memory the engine took with host_register) and at least --cuda-shm-dma-bytes. */
+static int dma_ok(const nd_batcher *b, const nd_job *j, int pinned)
+{
+    return pinned &&
+           (size_t)j->req.elems * nd_dtype_size(j->req.dtype) >= b->cfg.cuda_shm_dma_bytes;
+}
+
 /* ---- keys ---- */
 
 static size_t param_bytes(const nd_request *r, const void *p, int is_alpha)
@@ -376,12 +384,34 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
         return;
     }
 
-    /* Pack: every request's x, one after the other; then the shared inline parameters. */
+    /* Pack: every request's x, one after the other; then the shared inline parameters. An x
+     * large enough in memory the engine registered is left for its device to copy (dma). */
+    nd_batch_dma *dma = NULL;
+    int ndma_in = 0, ndma_out = 0;
+    if (b->engine->vt->host_register) {
+        int want = 0;
+        for (nd_job *j = jobs; j; j = j->next)
+            want += dma_ok(b, j, j->x_pinned) + dma_ok(b, j, j->y_dst && j->y_pinned);
+        if (want)
+            dma = malloc((size_t)want * sizeof *dma); /* NULL: copy everything */
+    }
     char *p = in;
     for (nd_job *j = jobs; j; j = j->next) {
         size_t n = (size_t)j->req.elems * esz;
-        memcpy(p, j->req.x, n);
+        if (dma && dma_ok(b, j, j->x_pinned))
+            dma[ndma_in++] = (nd_batch_dma){.off = (size_t)(p - (char *)in), .bytes = n,
+                                            .src = j->req.x};
+        else
+            memcpy(p, j->req.x, n);
         p += n;
+    }
+    nd_batch_dma *dma_out = dma ? dma + ndma_in : NULL;
+    size_t y_off = 0;
+    for (nd_job *j = jobs; j; j = j->next) {
+        size_t n = (size_t)j->req.elems * esz;
+        if (dma && dma_ok(b, j, j->y_dst && j->y_pinned))
+            dma_out[ndma_out++] = (nd_batch_dma){.off = y_off, .bytes = n, .dst = j->y_dst};
+        y_off += n;
     }
     nd_batch batch = {
         .op = h->op,
@@ -394,6 +424,10 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
         .y = out,
         .alpha_count = h->alpha_count,
         .pset = jobs->pset,
+        .dma_in = dma,
+        .ndma_in = ndma_in,
+        .dma_out = dma_out,
+        .ndma_out = ndma_out,
     };
     p = (char *)in + align16(x_bytes);
     const void *src[3] = {h->gamma, h->beta, h->alpha};
@@ -445,16 +479,22 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
             fprintf(stderr, "normd: %s\n", msg);
         stamp_all(jobs, njobs, t_start, t_packed, t_ran, 0, NULL);
         release_staging(b, slot);
+        free(dma);
         finish_all(jobs, 500, msg);
         return;
     }
 
-    /* Scatter: each request's rows of y and of the statistics, in the order they were packed. */
+    /* Scatter: each request's rows of y and of the statistics, in the order they were packed
+     * (a y the device copied to its place already is skipped). */
     const char *y = out;
     int64_t row0 = 0;
+    int next_dma = 0;
     for (nd_job *j = jobs; j; j = j->next) {
         size_t n = (size_t)j->req.elems * esz;
-        memcpy(j->y_dst ? j->y_dst : j->y, y, n);
+        if (next_dma < ndma_out && dma_out[next_dma].off == (size_t)(y - (const char *)out))
+            next_dma++;
+        else
+            memcpy(j->y_dst ? j->y_dst : j->y, y, n);
         y += n;
         if (j->mean)
             memcpy(j->mean, batch.mean + row0, (size_t)j->req.outer * sizeof(float));
@@ -464,6 +504,7 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
     }
     stamp_all(jobs, njobs, t_start, t_packed, t_ran, now_s(), &batch);
     release_staging(b, slot);
+    free(dma);
     finish_all(jobs, 200, NULL);
 }
 

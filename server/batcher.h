@@ -45,6 +45,9 @@ struct nd_job {
                            * (v2 writes its answer's JSON there); 0 for none */
     void *y_dst;          /* set by the submitter: where y goes (req.elems elements, any
                            * alignment), e.g. a shared memory region; NULL: into y */
+    int x_pinned;         /* set by the submitter: req.x lies in memory the engine took with
+                           * host_register, which its device may copy from directly */
+    int y_pinned;         /* the same for y_dst */
     void *y;              /* req.elems elements of req.dtype, y_room bytes into a malloc'ed
                            * buffer; the submitter frees it with nd_job_free_y. Stays NULL
                            * when y_dst is set */

@@ -41,6 +41,8 @@ typedef struct nd_config {
     size_t cuda_zero_copy_bytes; /* batches up to this size run on mapped host memory, no copies */
     size_t cuda_direct_output_bytes; /* outputs up to this size are written by the kernel into
                                       * mapped host memory, with no copy back */
+    size_t cuda_shm_dma_bytes; /* tensors in shared memory of at least this size are copied by
+                                * the device from and to their region, not through staging */
     int fault_every;           /* testing: fail every Nth batch with a backend error (0 = never) */
     int slow_batch_us;         /* testing: every batch's run takes this much longer (0 = not) */
     char admin_token[256];     /* bearer token the admin routes require; "" = none configured */

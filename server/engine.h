@@ -20,6 +20,15 @@
 
 struct nd_param_set;
 
+/* A request's tensor that the device copies straight from or to host memory registered with
+ * the engine (host_register; a shared memory region), instead of through the staging: its bytes
+ * belong at offset off of the batch's x (in) or y (out) and are not in the staging. */
+typedef struct nd_batch_dma {
+    size_t off, bytes;
+    const void *src; /* in: where the bytes are */
+    void *dst;       /* out: where they go */
+} nd_batch_dma;
+
 /* One backend call: every pointer is host staging memory of the slot that runs it. */
 typedef struct nd_batch {
     nd_op op;
@@ -35,6 +44,10 @@ typedef struct nd_batch {
     const void *alpha;
     int64_t alpha_count;
     const struct nd_param_set *pset; /* registered parameters (their device copies), or NULL */
+    /* parts of x and y that the device copies from and to registered host memory (only for an
+     * engine with host_register), in increasing offset; the rest is in the staging */
+    const nd_batch_dma *dma_in, *dma_out;
+    int ndma_in, ndma_out;
     /* filled by run, for metrics: bytes moved to and from a device, and the device's own times
      * of the copy in, the kernel and the copy out (0 when the engine does not time them apart
      * from the whole run, or a batch had no copies) */
@@ -76,6 +89,12 @@ typedef struct nd_engine_vt {
      * and release that again. */
     nd_status (*param_attach)(nd_engine *e, struct nd_param_set *p, nd_error *err);
     void (*param_detach)(nd_engine *e, struct nd_param_set *p);
+    /* Optional: let the device copy straight from and to [p, p + n) (the cuda engine pins it),
+     * so that batches may name parts of it in dma_in and dma_out; 0 when it can, -1 when not
+     * (then the batcher copies those bytes through the staging, as any host memory's).
+     * host_unregister undoes it before the memory goes away. */
+    int (*host_register)(nd_engine *e, void *p, size_t n);
+    void (*host_unregister)(nd_engine *e, void *p);
     /* Nonzero when the engine can no longer run anything (e.g. a lost CUDA context). */
     int (*broken)(nd_engine *e);
     void (*destroy)(nd_engine *e);

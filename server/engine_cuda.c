@@ -26,7 +26,10 @@
  *     path. Growth frees the old buffers (cudaFree synchronises the device), which is rare and
  *     logged at verbose >= 2. Some staging is reserved up front so small batches never grow.
  *   - One contiguous H2D copy moves x and the inline parameters (the batcher packs them back to
- *     back), one D2H copy brings y and the statistics back.
+ *     back), one D2H copy brings y and the statistics back. Tensors in shared memory regions
+ *     (--allow-client-shm) are pinned when registered (host_register); a large one is copied by
+ *     its own H2D and D2H between its region and the device buffers, so the host never copies
+ *     its bytes (--cuda-shm-dma-bytes), and the staging copies go around it.
  *
  * Errors: every CUDA call is checked and reported as ND_EDEVICE with the CUDA error string. A
  * sticky error (illegal address, launch failure, ECC, device lost...) leaves the context unusable:
@@ -376,10 +379,37 @@ static nd_status launch(cuda_slot *s, const nd_batch *b, int zc_in, int zc_out, 
     return nd_batch_call(b, &p, ND_API_CUDA, (void *)s->stream, err);
 }
 
+/* Copies [0, n) between a slot's host staging and its device buffer on stream, except the
+ * pieces (in increasing offset) that go between the device buffer and their own registered host
+ * memory instead: H2D reads piece i from its src, D2H writes it to its dst. One copy for each
+ * stretch of staging between pieces, and one for each piece. */
+static cudaError_t copy_pieces(cudaStream_t stream, void *to, const void *from, size_t n,
+                               const nd_batch_dma *piece, int npieces, enum cudaMemcpyKind kind)
+{
+    const int h2d = kind == cudaMemcpyHostToDevice;
+    size_t at = 0;
+    for (int i = 0; i <= npieces; i++) {
+        const size_t end = i < npieces ? piece[i].off : n;
+        cudaError_t e = cudaSuccess;
+        if (end > at)
+            e = cudaMemcpyAsync((char *)to + at, (const char *)from + at, end - at, kind, stream);
+        if (e != cudaSuccess || i == npieces)
+            return e;
+        const nd_batch_dma *d = &piece[i];
+        e = h2d ? cudaMemcpyAsync((char *)to + d->off, d->src, d->bytes, kind, stream)
+                : cudaMemcpyAsync(d->dst, (const char *)from + d->off, d->bytes, kind, stream);
+        if (e != cudaSuccess)
+            return e;
+        at = d->off + d->bytes;
+    }
+    return cudaSuccess;
+}
+
 /*
  * Run b on the slot: H2D of the packed inputs, the kernel, D2H of the outputs, then wait for the
  * stream (sleeping: the context uses blocking sync). Every pointer in b must lie in the slot's
- * staging, as the batcher arranges it. Whatever happens after the first copy is queued, the stream
+ * staging, as the batcher arranges it, except the pieces of x and y in b->dma_in and dma_out,
+ * which are copied from and to their own pinned host memory. Whatever happens after the first copy is queued, the stream
  * is drained before returning, so the slot's staging is idle again when run returns.
  */
 static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
@@ -430,21 +460,28 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
      * host staging: stores over the bus are posted, so they lengthen the kernel by less than
      * the copy back would take (H100, 8x4096 float16 batches at 64 connections: kernel
      * 14.6 -> 22.8 us, the 20.7 us copy gone), and the batch needs two driver calls fewer. */
-    const int zc = ce->zero_copy_bytes > 0 && in_end + out_end <= ce->zero_copy_bytes;
-    const int zc_out = zc || out_end <= ce->direct_out_bytes;
+    /* Parts of x and y in registered host memory (dma_in, dma_out) are copied by the copy
+     * engines straight from and to their place, so such a batch copies in and out. */
+    const int zc = b->ndma_in == 0 && b->ndma_out == 0 && ce->zero_copy_bytes > 0 &&
+                   in_end + out_end <= ce->zero_copy_bytes;
+    const int zc_out = zc || (b->ndma_out == 0 && out_end <= ce->direct_out_bytes);
     const double t_submit = now_us();
     TRY(ce, s->dev, err, cudaSetDevice(s->ordinal));
     (void)cudaGetLastError(); /* a non-sticky error left on this thread is not this batch's */
-    if (!zc) {
-        TRY(ce, s->dev, err, cudaEventRecord(s->c0, s->stream));
-        TRY(ce, s->dev, err,
-            cudaMemcpyAsync(s->d_in, s->h_in, in_end, cudaMemcpyHostToDevice, s->stream));
-    }
-    b->h2d_bytes = in_end;
 
     nd_error kerr = {{0}};
     nd_status st = ND_OK;
-    cudaError_t e0 = cudaEventRecord(s->k0, s->stream);
+    if (!zc) {
+        cudaError_t ec = cudaEventRecord(s->c0, s->stream);
+        if (ec == cudaSuccess)
+            ec = copy_pieces(s->stream, s->d_in, s->h_in, in_end, b->dma_in, b->ndma_in,
+                             cudaMemcpyHostToDevice);
+        if (ec != cudaSuccess)
+            st = cuda_fail(ce, s->dev, ec, "cudaMemcpyAsync(H2D)", &kerr);
+    }
+    b->h2d_bytes = in_end;
+
+    cudaError_t e0 = st == ND_OK ? cudaEventRecord(s->k0, s->stream) : cudaSuccess;
     if (e0 != cudaSuccess)
         st = cuda_fail(ce, s->dev, e0, "cudaEventRecord", &kerr);
     if (st == ND_OK)
@@ -457,8 +494,8 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
     if (st == ND_OK && zc_out)
         b->d2h_bytes = out_end;
     else if (st == ND_OK) {
-        cudaError_t e2 = cudaMemcpyAsync(s->h_out, s->d_out, out_end, cudaMemcpyDeviceToHost,
-                                         s->stream);
+        cudaError_t e2 = copy_pieces(s->stream, s->h_out, s->d_out, out_end, b->dma_out,
+                                     b->ndma_out, cudaMemcpyDeviceToHost);
         if (e2 == cudaSuccess)
             e2 = cudaEventRecord(s->c1, s->stream);
         if (e2 != cudaSuccess)
@@ -591,6 +628,34 @@ static nd_status cuda_param_attach(nd_engine *e, nd_param_set *p, nd_error *err)
 
 /* ---- lifetime ---- */
 
+/* Pins [p, p + n) for every device (a shared memory region), so that copies from and to it
+ * are the copy engines' own DMA. -1 when the driver will not (e.g. past RLIMIT_MEMLOCK in a
+ * container): the region is then served through the staging. */
+static int cuda_host_register(nd_engine *e, void *p, size_t n)
+{
+    cuda_engine *ce = (cuda_engine *)e;
+    if (atomic_load(&ce->broken))
+        return -1;
+    cudaError_t r = cudaSetDevice(ce->ordinal[0]);
+    if (r == cudaSuccess)
+        r = cudaHostRegister(p, n, cudaHostRegisterPortable);
+    if (r != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (ce->verbose >= 1)
+            fprintf(stderr, "normd: cannot pin %zu bytes of shared memory (%s); it is copied "
+                            "through staging instead\n", n, cudaGetErrorString(r));
+        return -1;
+    }
+    return 0;
+}
+
+static void cuda_host_unregister(nd_engine *e, void *p)
+{
+    cuda_engine *ce = (cuda_engine *)e;
+    if (cudaSetDevice(ce->ordinal[0]) != cudaSuccess || cudaHostUnregister(p) != cudaSuccess)
+        (void)cudaGetLastError(); /* a lost device: nothing left to undo */
+}
+
 static int cuda_broken(nd_engine *e)
 {
     return atomic_load(&((cuda_engine *)e)->broken);
@@ -629,6 +694,8 @@ static const nd_engine_vt cuda_vt = {
     .run = cuda_run,
     .param_attach = cuda_param_attach,
     .param_detach = cuda_param_detach,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
     .broken = cuda_broken,
     .destroy = cuda_destroy,
 };

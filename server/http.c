@@ -541,6 +541,18 @@ static void request_completed(void *cls, struct MHD_Connection *mc, void **con_c
     atomic_fetch_sub(&s->requests_open, 1);
 }
 
+static int shm_pin(void *engine, void *p, size_t n)
+{
+    nd_engine *e = engine;
+    return e->vt->host_register(e, p, n);
+}
+
+static void shm_unpin(void *engine, void *p)
+{
+    nd_engine *e = engine;
+    e->vt->host_unregister(e, p);
+}
+
 static void connection_notify(void *cls, struct MHD_Connection *mc, void **socket_context,
                               enum MHD_ConnectionNotificationCode toe)
 {
@@ -704,9 +716,15 @@ nd_server *nd_server_start(const nd_config *cfg, nd_error *err)
         goto fail;
     }
     nd_params_set_limits(s->params, cfg->max_param_sets, cfg->max_param_bytes);
-    if (cfg->allow_client_shm && !(s->shm = nd_shm_create(cfg->max_shm_regions))) {
-        nd_error_set(err, ND_ENOMEM, "out of memory");
-        goto fail;
+    if (cfg->allow_client_shm) {
+        /* regions are offered to the engine, so that its device copies from and to them */
+        const nd_shm_pinner pinner = {s->engine, shm_pin, shm_unpin};
+        s->shm = nd_shm_create(cfg->max_shm_regions,
+                               s->engine->vt->host_register ? &pinner : NULL);
+        if (!s->shm) {
+            nd_error_set(err, ND_ENOMEM, "out of memory");
+            goto fail;
+        }
     }
     s->batcher = nd_batcher_create(cfg, s->engine, s->metrics, err);
     if (!s->batcher)

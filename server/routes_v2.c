@@ -185,6 +185,8 @@ static int bind_shm(conn *c, nd_error *err)
         const nd_v2_shm_ref *ref = &c->v2.in_shm[k];
         if (ref->region[0] && !(*in[k] = hold_shm(c, ref, ref->byte_size, "inputs", &st, err)))
             return st;
+        if (ref->region[0] && k == ND_V2_IN_X)
+            c->job.x_pinned = nd_shm_region_pinned(c->shm_held[c->nshm_held - 1]);
     }
     for (int k = 0; k < ND_V2_OUT_COUNT; k++) {
         const nd_v2_shm_ref *ref = &c->v2.out_shm[k];
@@ -193,6 +195,8 @@ static int bind_shm(conn *c, nd_error *err)
         const uint64_t bytes = nd_v2_output_bytes(req, k);
         if (!(c->shm_out[k] = hold_shm(c, ref, bytes, "outputs", &st, err)))
             return st;
+        if (k == ND_V2_OUT_Y)
+            c->job.y_pinned = nd_shm_region_pinned(c->shm_held[c->nshm_held - 1]);
     }
     c->job.y_dst = c->shm_out[ND_V2_OUT_Y];
     /* The byte budget charges a request for the memory it makes the daemon hold (the body, the

@@ -29,6 +29,8 @@ struct nd_shm_region {
     void *map;                  /* the mapping: from offset rounded down to a page */
     size_t map_len;
     char *base;                 /* the window's first byte, inside the mapping */
+    int pinned;                 /* the pinner took the mapping */
+    const nd_shm_pinner *pinner;
     int refs;                   /* 1 while registered, + 1 per request holding it */
     nd_shm_region *next;
 };
@@ -37,6 +39,7 @@ struct nd_shm {
     pthread_mutex_t lock;
     nd_shm_region *head;
     int count, max;
+    nd_shm_pinner pinner; /* pin NULL: none */
 };
 
 static int fail(nd_error *err, int status, const char *fmt, ...)
@@ -77,18 +80,22 @@ static int key_ok(const char *key)
            strcmp(k, "..");
 }
 
-nd_shm *nd_shm_create(int max_regions)
+nd_shm *nd_shm_create(int max_regions, const nd_shm_pinner *pinner)
 {
     nd_shm *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
     pthread_mutex_init(&r->lock, NULL);
     r->max = max_regions;
+    if (pinner)
+        r->pinner = *pinner;
     return r;
 }
 
 static void region_free(nd_shm_region *g)
 {
+    if (g->pinned)
+        g->pinner->unpin(g->pinner->ctx, g->map);
     munmap(g->map, g->map_len);
     close(g->fd);
     free(g);
@@ -172,6 +179,10 @@ int nd_shm_register(nd_shm *r, const char *name, const char *key, uint64_t offse
     g->map_len = map_len;
     g->base = (char *)map + (offset - start);
     g->refs = 1;
+    g->pinner = &r->pinner;
+    /* Offered before the region is listed, so that no request sees it half made; one the pinner
+     * turns down is still served, through the staging. */
+    g->pinned = r->pinner.pin && r->pinner.pin(r->pinner.ctx, map, map_len) == 0;
 
     pthread_mutex_lock(&r->lock);
     int st_code = 0;
@@ -291,6 +302,11 @@ void nd_shm_release(nd_shm *r, nd_shm_region *region)
     pthread_mutex_unlock(&r->lock);
     if (dead)
         region_free(dead);
+}
+
+int nd_shm_region_pinned(const nd_shm_region *region)
+{
+    return region->pinned;
 }
 
 int nd_shm_count(nd_shm *r)

@@ -26,8 +26,18 @@
 typedef struct nd_shm nd_shm;
 typedef struct nd_shm_region nd_shm_region;
 
-/* A registry of at most max_regions regions; NULL when out of memory. */
-nd_shm *nd_shm_create(int max_regions);
+/* What a region's memory is offered to when it is mapped, and taken back from before it is
+ * unmapped: the engine's host_register, so that its device can copy from and to the region
+ * directly (engine.h). pin returns 0 when it took the memory, -1 when not. */
+typedef struct nd_shm_pinner {
+    void *ctx;
+    int (*pin)(void *ctx, void *p, size_t n);
+    void (*unpin)(void *ctx, void *p);
+} nd_shm_pinner;
+
+/* A registry of at most max_regions regions, their memory offered to pinner (NULL: to nobody);
+ * NULL when out of memory. */
+nd_shm *nd_shm_create(int max_regions, const nd_shm_pinner *pinner);
 /* Unmaps every region. No request may hold one any more. */
 void nd_shm_destroy(nd_shm *r);
 
@@ -58,6 +68,8 @@ char *nd_shm_status_json(nd_shm *r, const char *name, int *status, nd_error *err
 nd_shm_region *nd_shm_acquire(nd_shm *r, const char *name, uint64_t offset, uint64_t bytes,
                               void **ptr, int *status, nd_error *err);
 void nd_shm_release(nd_shm *r, nd_shm_region *region);
+/* 1 when the pinner took the region's memory. */
+int nd_shm_region_pinned(const nd_shm_region *region);
 
 /* Regions registered now. */
 int nd_shm_count(nd_shm *r);

@@ -653,7 +653,10 @@ static void start_shm(void)
      * that a region can be unregistered while its request is in flight */
     static const char *args[] = {"--allow-client-shm", "--admin-token-file", NULL,
                                  "--max-delay-us", "200000", "--slow-batch-us", "300000",
-                                 "--max-inflight-bytes", "1000000", NULL};
+                                 "--max-inflight-bytes", "1000000",
+                                 /* with --backend cuda: every tensor in shared memory goes by
+                                  * the device's own copy from and to its region */
+                                 "--cuda-shm-dma-bytes", "0", NULL};
     args[2] = shm_token_path;
     start(args);
 }

@@ -427,3 +427,118 @@ Test(batcher, an_idle_executor_wakes_up_for_a_deadline)
     free(t[1]);
     teardown();
 }
+
+/* ---- tensors the engine's device copies itself (nd_batch dma_in / dma_out) ---- */
+
+/* A scripted engine that registers host memory and copies the dma pieces itself, as the cuda
+ * engine's copy engines do: its "device" buffers are private; the staging is poisoned before
+ * each batch, so a piece the batcher should have left alone but packed, or a y it scattered from
+ * the staging instead of leaving to the engine, shows as a wrong answer. */
+static int dma_seen_in, dma_seen_out;
+
+static nd_status dma_staging(nd_engine *e, int slot, size_t in_bytes, size_t out_bytes,
+                             void **in, void **out, nd_error *err)
+{
+    nd_status st = se_staging(e, slot, in_bytes, out_bytes, in, out, err);
+    memset(*in, 0xFF, in_bytes);
+    memset(*out, 0xFF, out_bytes);
+    return st;
+}
+
+static nd_status dma_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
+{
+    const size_t n = (size_t)(b->outer * b->mid * b->inner), bytes = n * sizeof(float);
+    float *dx = malloc(bytes), *dy = malloc(bytes);
+    memcpy(dx, b->x, bytes); /* the staging, then the pieces over it */
+    size_t at = 0;
+    for (int i = 0; i < b->ndma_in; i++) {
+        const nd_batch_dma *d = &b->dma_in[i];
+        cr_assert(d->off >= at && d->off + d->bytes <= bytes, "piece %d out of order", i);
+        for (size_t k = 0; k < d->bytes; k++)
+            cr_assert_eq(((const unsigned char *)b->x)[d->off + k], 0xFF,
+                         "the batcher packed bytes the device copies itself");
+        memcpy((char *)dx + d->off, d->src, d->bytes);
+        at = d->off + d->bytes;
+    }
+    for (size_t i = 0; i < n; i++)
+        dy[i] = dx[i] + 1.0f;
+    memcpy(b->y, dy, bytes);
+    for (int i = 0; i < b->ndma_out; i++) {
+        const nd_batch_dma *d = &b->dma_out[i];
+        memcpy(d->dst, (char *)dy + d->off, d->bytes);
+        memset((char *)b->y + d->off, 0xFF, d->bytes); /* not in the staging */
+    }
+    dma_seen_in += b->ndma_in;
+    dma_seen_out += b->ndma_out;
+    free(dx);
+    free(dy);
+    return ND_OK;
+}
+
+static int dma_register(nd_engine *e, void *p, size_t n)
+{
+    return 0;
+}
+
+static void dma_unregister(nd_engine *e, void *p)
+{
+}
+
+static const nd_engine_vt dma_vt = {.name = "dma", .staging = dma_staging, .run = dma_run,
+                                    .host_register = dma_register,
+                                    .host_unregister = dma_unregister};
+
+Test(batcher, pinned_tensors_are_left_to_the_engine_the_rest_is_packed_and_scattered)
+{
+    memset(&eng, 0, sizeof eng);
+    eng.base.vt = &dma_vt;
+    eng.base.nslots = 1;
+    eng.base.ndevices = 1;
+    nd_config cfg;
+    nd_config_defaults(&cfg);
+    cfg.max_delay_us = 200000; /* the four jobs below share one batch */
+    cfg.cuda_shm_dma_bytes = 256;
+    metrics = nd_metrics_create();
+    nd_error err;
+    batcher = nd_batcher_create(&cfg, &eng.base, metrics, &err);
+    cr_assert_not_null(batcher, "%s", err.msg);
+    dma_seen_in = dma_seen_out = 0;
+
+    /* rows of 8 floats (32 bytes): 10 rows reach the 256-byte threshold, 2 do not */
+    struct {
+        int64_t rows;
+        int x_pinned, y_pinned;
+    } kind[] = {{10, 1, 1}, {2, 0, 0}, {2, 1, 1}, {12, 1, 0}, {9, 0, 0}};
+    enum { N = sizeof kind / sizeof kind[0] };
+    tjob *t[N];
+    float *ydst[N];
+    for (int i = 0; i < N; i++) {
+        t[i] = job_new(kind[i].rows, 8, 1e-5f, NULL, (float)(1000 * i));
+        t[i]->job.x_pinned = kind[i].x_pinned;
+        ydst[i] = NULL;
+        if (kind[i].y_pinned || i == 1) { /* job 1: a y_dst that is not pinned */
+            ydst[i] = calloc((size_t)kind[i].rows * 8, sizeof(float));
+            t[i]->job.y_dst = ydst[i];
+            t[i]->job.y_pinned = kind[i].y_pinned;
+        }
+        submit_ok(t[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        wait_done(t[i]);
+        cr_assert_eq(t[i]->job.status, 200, "job %d: %s", i, t[i]->job.error);
+        const float *y = ydst[i] ? ydst[i] : t[i]->job.y;
+        cr_assert_eq(t[i]->job.y == NULL, ydst[i] != NULL, "job %d: y buffer", i);
+        for (int64_t k = 0; k < t[i]->job.req.elems; k++)
+            cr_assert_eq(y[k], t[i]->x[k] + 1.0f, "job %d, element %lld", i, (long long)k);
+        nd_job_free_y(&t[i]->job);
+        free(ydst[i]);
+        free(t[i]->x);
+        free(t[i]);
+    }
+    cr_assert_eq(dma_seen_in, 2, "x pieces left to the engine: %d (jobs 0 and 3)", dma_seen_in);
+    cr_assert_eq(dma_seen_out, 1, "y pieces left to the engine: %d (job 0)", dma_seen_out);
+    nd_batcher_destroy(batcher);
+    nd_metrics_destroy(metrics);
+    free(eng.in);
+    free(eng.out);
+}

@@ -39,7 +39,7 @@ Test(shm, a_window_is_seen_at_its_offset_both_ways)
     unsigned char *obj;
     const size_t n = 3 * 4096 + 100;
     make_object(key, sizeof key, "window", n, 3, &obj);
-    nd_shm *r = nd_shm_create(8);
+    nd_shm *r = nd_shm_create(8, NULL);
     nd_error err = {{0}};
     /* a window that starts mid-page, so the mapping starts before it */
     const uint64_t off = 4096 + 37, size = 2 * 4096;
@@ -81,7 +81,7 @@ Test(shm, registration_is_checked)
     char key[96];
     unsigned char *obj;
     make_object(key, sizeof key, "checks", 1000, 0, &obj);
-    nd_shm *r = nd_shm_create(2);
+    nd_shm *r = nd_shm_create(2, NULL);
     nd_error err = {{0}};
     struct {
         const char *name, *key;
@@ -129,7 +129,7 @@ Test(shm, status_lists_what_is_registered)
     char key[96];
     unsigned char *obj;
     make_object(key, sizeof key, "status", 4096, 0, &obj);
-    nd_shm *r = nd_shm_create(8);
+    nd_shm *r = nd_shm_create(8, NULL);
     nd_error err = {{0}};
     cr_assert_eq(nd_shm_register(r, "one", key, 0, 100, &err), 0, "%s", err.msg);
     cr_assert_eq(nd_shm_register(r, "two", key, 96, 4000, &err), 0, "%s", err.msg);
@@ -174,7 +174,7 @@ Test(shm, a_held_region_outlives_its_unregistering)
     char key[96];
     unsigned char *obj;
     make_object(key, sizeof key, "held", 8192, 9, &obj);
-    nd_shm *r = nd_shm_create(4);
+    nd_shm *r = nd_shm_create(4, NULL);
     nd_error err = {{0}};
     cr_assert_eq(nd_shm_register(r, "h", key, 0, 8192, &err), 0, "%s", err.msg);
     void *p1 = NULL, *p2 = NULL;
@@ -205,7 +205,7 @@ Test(shm, a_shrunk_object_is_refused)
     char key[96];
     unsigned char *obj;
     make_object(key, sizeof key, "shrunk", 8192, 0, &obj);
-    nd_shm *r = nd_shm_create(4);
+    nd_shm *r = nd_shm_create(4, NULL);
     nd_error err = {{0}};
     cr_assert_eq(nd_shm_register(r, "s", key, 4096, 4096, &err), 0, "%s", err.msg);
     int fd = shm_open(key, O_RDWR, 0);

@@ -9,7 +9,8 @@
 #
 # Environment: NORMD_BIN (build/normd), SHAPES ("64,4096 8,4096"), CONNS ("64 256"), MODES
 # ("v1 v2shm"), GPUS ("1 2": the device counts to run), DURATION (8), OP/DTYPE (layernorm
-# float16), BACKEND (cuda; null measures the host alone). Only 127.0.0.1 is contacted.
+# float16), BACKEND (cuda; null measures the host alone), EXTRA (more daemon flags, e.g.
+# "--cuda-shm-dma-bytes 0"). Only 127.0.0.1 is contacted.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 NORMD_BIN=${NORMD_BIN:-build/normd}
@@ -40,7 +41,9 @@ one() { # name devices connections mode
         truncate -s "$bytes" "$shm_in"
         truncate -s $((bytes * threads)) "$shm_out"
     fi
-    start_daemon "$log" --backend "${BACKEND:-cuda}" --devices "$2" "${extra[@]}" || exit 1
+    # shellcheck disable=SC2086 # EXTRA is a list of flags
+    start_daemon "$log" --backend "${BACKEND:-cuda}" --devices "$2" "${extra[@]}" ${EXTRA:-} ||
+        exit 1
     if [ "$4" = v2shm ]; then
         register bench_in "$shm_in" "$bytes"
         register bench_out "$shm_out" $((bytes * threads))
