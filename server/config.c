@@ -165,8 +165,10 @@ void nd_config_defaults(nd_config *cfg)
      * requests (288 KiB) still copy: at 1 MiB, 16 connections lost 16% of their req/s. */
     cfg->cuda_zero_copy_bytes = (size_t)192 << 10;
     cfg->cuda_direct_output_bytes = (size_t)16 << 20;
-    /* A tensor this large costs a host core about as much to memcpy (~26 us at the ~10 GB/s a
-     * core of the H100 host copies) as several submissions of a copy to the device. */
+    /* One H100, layernorm float16 in shared memory (bench/results/shm_dma_h100.txt): 512 KiB
+     * tensors by the copy engines served 1.35x the requests of the host copying them; 64 KiB
+     * ones 1.28x at 16 connections but 0.98x at 64 and 0.75x at 256 (a copy submission per
+     * piece, and no zero-copy path). */
     cfg->cuda_shm_dma_bytes = (size_t)256 << 10;
     cfg->max_param_sets = 1024;
     cfg->max_shm_regions = 64;
