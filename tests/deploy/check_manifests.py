@@ -274,6 +274,17 @@ def main():
         shares = len(mounts) >= 2 and bool(set.intersection(*mounts) & empty)
         unix = [env_of(c).get("NORMD_UNIX") for c in normd_containers(pod)]
         check("sidecar overlay: normd listens on a UNIX socket", any(unix))
+        # shared memory: normd allows it, and every container sees the same memory-backed
+        # emptyDir at /dev/shm (a container without it would have a /dev/shm of its own)
+        shm_allowed = [env_of(c).get("NORMD_ALLOW_CLIENT_SHM") == "1"
+                       for c in normd_containers(pod)]
+        memory = {v["name"] for v in pod.get("volumes", [])
+                  if (v.get("emptyDir") or {}).get("medium") == "Memory"}
+        at_shm = [{m["name"] for m in c.get("volumeMounts", []) if m.get("mountPath") == "/dev/shm"}
+                  for c in pod.get("containers", []) + pod.get("initContainers", [])]
+        check("sidecar overlay: normd allows client shared memory", any(shm_allowed))
+        check("sidecar overlay: every container mounts one memory-backed emptyDir at /dev/shm",
+              len(at_shm) >= 2 and bool(set.intersection(*at_shm) & memory))
     check("sidecar overlay: the containers share an emptyDir", shares)
     check_kserve(sorted(glob.glob(os.path.join(ROOT, "deploy/kserve/*.yaml"))))
     print(f"manifests: {passed} passed, {failed} failed")
