@@ -232,6 +232,9 @@ static enum MHD_Result handle_params(conn *c, const char *method)
 static int append_server_gauges(nd_server *s, char **text, size_t *len)
 {
     char *more = NULL;
+    int shm_regions;
+    uint64_t shm_bytes, shm_pinned;
+    nd_shm_stats(s->shm, &shm_regions, &shm_bytes, &shm_pinned);
     int n = asprintf(
         &more,
         "# HELP normd_connections_open Client connections open.\n"
@@ -250,10 +253,20 @@ static int append_server_gauges(nd_server *s, char **text, size_t *len)
         "normd_inflight_bytes %lld\n"
         "# HELP normd_inflight_bytes_limit The budget, --max-inflight-bytes.\n"
         "# TYPE normd_inflight_bytes_limit gauge\n"
-        "normd_inflight_bytes_limit %zu\n",
+        "normd_inflight_bytes_limit %zu\n"
+        "# HELP normd_shm_regions System shared memory regions registered (--allow-client-shm).\n"
+        "# TYPE normd_shm_regions gauge\n"
+        "normd_shm_regions %d\n"
+        "# HELP normd_shm_bytes Bytes of the registered shared memory regions.\n"
+        "# TYPE normd_shm_bytes gauge\n"
+        "normd_shm_bytes %llu\n"
+        "# HELP normd_shm_pinned_bytes Bytes of them pinned for the GPU's own copies.\n"
+        "# TYPE normd_shm_pinned_bytes gauge\n"
+        "normd_shm_pinned_bytes %llu\n",
         atomic_load(&s->connections), atomic_load(&s->requests_open),
         atomic_load(&s->jobs_open), (long long)atomic_load(&s->inflight_bytes),
-        s->cfg.max_inflight_bytes);
+        s->cfg.max_inflight_bytes, shm_regions, (unsigned long long)shm_bytes,
+        (unsigned long long)shm_pinned);
     char *grown = n < 0 ? NULL : realloc(*text, *len + (size_t)n + 1);
     if (!grown) {
         if (n >= 0)

@@ -316,3 +316,19 @@ int nd_shm_count(nd_shm *r)
     pthread_mutex_unlock(&r->lock);
     return n;
 }
+
+void nd_shm_stats(nd_shm *r, int *regions, uint64_t *bytes, uint64_t *pinned_bytes)
+{
+    *regions = 0;
+    *bytes = *pinned_bytes = 0;
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->lock);
+    for (const nd_shm_region *g = r->head; g; g = g->next) {
+        (*regions)++;
+        *bytes += g->byte_size;
+        if (g->pinned)
+            *pinned_bytes += g->byte_size;
+    }
+    pthread_mutex_unlock(&r->lock);
+}

@@ -713,6 +713,15 @@ Test(v2_configured, tensors_in_shared_memory, .init = start_shm, .fini = stop_sh
     cr_assert_eq(nd_http("GET", url_of("/v2"), NULL, NULL, 0, &r), 0);
     cr_assert(strstr(r.body, "\"system_shared_memory\""), "%s", r.body);
     nd_resp_free(&r);
+    cr_assert_eq(nd_http("GET", url_of("/metrics"), NULL, NULL, 0, &r), 0);
+    const double regions = nd_metric_value(r.body, "normd_shm_regions", "");
+    const double bytes = nd_metric_value(r.body, "normd_shm_bytes", "");
+    const double pinned = nd_metric_value(r.body, "normd_shm_pinned_bytes", "");
+    nd_resp_free(&r);
+    cr_assert_eq(regions, 2);
+    cr_assert_eq(bytes, (double)(in.n + out.n - 4096));
+    /* pinned by the cuda engine, not by the cpu one */
+    cr_assert(pinned == 0 || pinned == bytes, "pinned %g of %g bytes", pinned, bytes);
     cr_assert_eq(nd_http("GET", url_of("/v2/systemsharedmemory/region/out/status"), NULL, NULL,
                          0, &r), 0);
     cr_assert_eq(r.code, 200, "%s", r.body);
@@ -829,6 +838,10 @@ Test(v2_configured, tensors_in_shared_memory, .init = start_shm, .fini = stop_sh
     nd_resp_free(&r);
     cr_assert_eq(nd_http("GET", url_of("/v2/systemsharedmemory/status"), NULL, NULL, 0, &r), 0);
     cr_assert_str_eq(r.body, "[]");
+    nd_resp_free(&r);
+    cr_assert_eq(nd_http("GET", url_of("/metrics"), NULL, NULL, 0, &r), 0);
+    cr_assert_eq(nd_metric_value(r.body, "normd_shm_regions", ""), 0);
+    cr_assert_eq(nd_metric_value(r.body, "normd_shm_bytes", ""), 0);
     nd_resp_free(&r);
     for (int i = 0; i < N; i++)
         ln_free(&c[i]);
