@@ -78,8 +78,9 @@ static const opt options[] = {
      "copied by the GPU straight from and to their region instead of through staging, when the "
      "region could be pinned (default 262144; 0: every such tensor)"},
     {"admin-token-file", "NORMD_ADMIN_TOKEN_FILE", OPT_TOKEN_FILE, 0, 0, 0,
-     "file holding the bearer token that PUT and DELETE /v1/params/{name} require "
-     "(Authorization: Bearer TOKEN); default: none, which is refused beyond loopback"},
+     "file holding the bearer token that PUT and DELETE /v1/params/{name} and registering or "
+     "unregistering shared memory require (Authorization: Bearer TOKEN); default: none, which "
+     "is refused beyond loopback"},
     {"allow-open-admin", "NORMD_ALLOW_OPEN_ADMIN", OPT_BOOL, OFF(allow_open_admin), 0, 1,
      "listen beyond loopback although the admin routes take no token (default: refuse)"},
     {"allow-client-shm", "NORMD_ALLOW_CLIENT_SHM", OPT_BOOL, OFF(allow_client_shm), 0, 1,

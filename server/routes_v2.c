@@ -16,7 +16,9 @@
  * An inference request becomes the same nd_request a /v1 request does and joins the same batches.
  * A tensor in shared memory is read by the batcher straight from the region (as a binary tensor
  * is from the body), and y is scattered straight into its region: such a request's tensors cross
- * no socket and are copied once each way, into the batch and out of it.
+ * no socket and are copied once each way, into the batch and out of it; with the cuda engine a
+ * large one is not copied by the host at all (its region is pinned, and the GPU's copy engines
+ * move it: --cuda-shm-dma-bytes).
  */
 #include <jansson.h>
 #include <stdio.h>
