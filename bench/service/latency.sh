@@ -24,7 +24,9 @@
 # Environment: NORMD_BIN (build/normd), CONFIGS ("cuda null unix"), REPEATS (3), DURATION (20,
 # seconds per run), CONNS ("1 4 16 64 256"), WRK_THREADS (8; a run uses min(connections, this)),
 # NORMD_EXTRA (more daemon flags for every configuration), NORMD_OP/NORMD_DTYPE/NORMD_SHAPE
-# (layernorm float16 8,4096), NORMD_PROTO (v1), TAG (date and time), RESULTS_DIR (bench/results),
+# (layernorm float16 8,4096), NORMD_PROTO (v1, v2 or v2shm: x and y in shared memory regions that
+# this script makes and registers once each daemon is ready, with --allow-client-shm added), TAG
+# (date and time), RESULTS_DIR (bench/results),
 # READY_TIMEOUT (60 s), WORK (logs and scratch; a temporary directory), PYTHON (python3).
 # Needs bash, wrk and python3 (matplotlib for the plot; without it the plot is skipped, and
 # `latency.py plot CSV CURVES PNG` draws it later on a machine that has it).
@@ -108,9 +110,19 @@ function wrk.resolve(host, service)
 end
 LUA
 
-source "$here/lib.sh" # stop_daemon, field
-trap stop_daemon EXIT
-trap 'stop_daemon; exit 130' INT TERM
+source "$here/lib.sh" # stop_daemon, field, shm_regions_make, shm_regions_register
+shm_in=/dev/shm/normd-latency-in-$$ shm_out=/dev/shm/normd-latency-out-$$
+cleanup() {
+    stop_daemon
+    rm -f "$shm_in" "$shm_out"
+}
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT TERM
+shm_flags=()
+if [ "$NORMD_PROTO" = v2shm ]; then
+    shm_regions_make "$shm_in" "$shm_out"
+    shm_flags=(--allow-client-shm)
+fi
 seconds_since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
 
 echo "config,backend,transport,op,dtype,shape,connections,repeat,duration_s,requests,rps,p50_us,p90_us,p99_us,p999_us,max_us,non2xx,socket_errors,since_ready_s,ready_s,device" >"$CSV"
@@ -140,7 +152,8 @@ for repeat in $(seq "$REPEATS"); do
         fi
         t0=$EPOCHREALTIME
         # shellcheck disable=SC2086  # NORMD_EXTRA is a list of flags
-        "$NORMD_BIN" "${listen[@]}" --backend "$backend" $NORMD_EXTRA >"$log" 2>&1 &
+        "$NORMD_BIN" "${listen[@]}" --backend "$backend" "${shm_flags[@]}" $NORMD_EXTRA \
+            >"$log" 2>&1 &
         daemon_pid=$!
         if ! where=$("$PYTHON" "$here/latency.py" ready "$log" "$daemon_pid" "$READY_TIMEOUT"); then
             cat "$log" >&2
@@ -154,6 +167,12 @@ for repeat in $(seq "$REPEATS"); do
         else
             script=$here/post_binary.lua url=http://127.0.0.1:${where#tcp }/
         fi
+        if [ "$NORMD_PROTO" = v2shm ]; then
+            curl_to=()
+            [ $transport = unix ] && curl_to=(--unix-socket "$sock")
+            shm_regions_register "${url%/}" "$shm_in" "$shm_out" "${curl_to[@]}" ||
+                { stop_daemon; die "registering the shared memory regions failed"; }
+        fi
         for c in $CONNS; do
             t=$(( c < WRK_THREADS ? c : WRK_THREADS ))
             since=$(seconds_since "$ready")
@@ -161,6 +180,7 @@ for repeat in $(seq "$REPEATS"); do
             curve=$WORK/curve-$config-r$repeat-c$c.csv
             rm -f "$curve"
             NORMD_LATENCY_CURVE=$curve NORMD_POST_LUA=$here/post_binary.lua NORMD_UNIX=$sock \
+                NORMD_SHM_IN_FILE=$shm_in \
                 wrk -t "$t" -c "$c" -d "${DURATION}s" --timeout 10s --latency -s "$script" \
                 "$url" >"$wlog" 2>&1 || true
             line=$(grep '^RESULT' "$wlog" || true)

@@ -39,3 +39,28 @@ stop_daemon() {
 field() {
     sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" <<<"$2"
 }
+
+# shm_regions_make IN OUT: the shared memory objects (files under /dev/shm) that post_binary.lua's
+# v2shm form uses, sized for NORMD_SHAPE and NORMD_DTYPE: IN holds one x, OUT one y per wrk thread
+# (up to 8). Sets shm_bytes.
+shm_regions_make() {
+    shm_bytes=$(( $(tr ',' '*' <<<"$NORMD_SHAPE") * $([ "$NORMD_DTYPE" = float32 ] && echo 4 || echo 2) ))
+    truncate -s "$shm_bytes" "$1"
+    truncate -s $((shm_bytes * 8)) "$2"
+}
+
+# shm_regions_register URL IN OUT [CURL_ARGS...]: registers IN as region bench_in and OUT as
+# bench_out with the daemon at URL (e.g. http://127.0.0.1:PORT; CURL_ARGS such as --unix-socket
+# PATH); 1 when it refuses.
+shm_regions_register() {
+    local url=$1 in=$2 out=$3
+    shift 3
+    local name file size
+    for name in bench_in bench_out; do
+        if [ $name = bench_in ]; then file=$in size=$shm_bytes; else file=$out size=$((shm_bytes * 8)); fi
+        curl -sf "$@" -X POST "$url/v2/systemsharedmemory/region/$name/register" \
+             -H 'Content-Type: application/json' \
+             -d "{\"key\":\"/${file##*/}\",\"offset\":0,\"byte_size\":$size}" >/dev/null ||
+            { echo "${0##*/}: registering $name failed" >&2; return 1; }
+    done
+}

@@ -23,34 +23,22 @@ cleanup() {
 }
 trap cleanup EXIT
 log=$(mktemp)
-threads=8
-
-# register NAME FILE BYTES: a region over the whole object
-register() {
-    curl -sf -X POST "http://127.0.0.1:$daemon_port/v2/systemsharedmemory/region/$1/register" \
-         -H 'Content-Type: application/json' \
-         -d "{\"key\":\"/${2##*/}\",\"offset\":0,\"byte_size\":$3}" >/dev/null ||
-        { echo "${0##*/}: registering $1 failed" >&2; exit 1; }
-}
 
 one() { # name devices connections mode
-    local extra=() bytes
+    local extra=()
     if [ "$4" = v2shm ]; then
         extra=(--allow-client-shm)
-        bytes=$(( $(tr ',' '*' <<<"$NORMD_SHAPE") * $([ "$NORMD_DTYPE" = float32 ] && echo 4 || echo 2) ))
-        truncate -s "$bytes" "$shm_in"
-        truncate -s $((bytes * threads)) "$shm_out"
+        shm_regions_make "$shm_in" "$shm_out"
     fi
     # shellcheck disable=SC2086 # EXTRA is a list of flags
     start_daemon "$log" --backend "${BACKEND:-cuda}" --devices "$2" "${extra[@]}" ${EXTRA:-} ||
         exit 1
     if [ "$4" = v2shm ]; then
-        register bench_in "$shm_in" "$bytes"
-        register bench_out "$shm_out" $((bytes * threads))
+        shm_regions_register "http://127.0.0.1:$daemon_port" "$shm_in" "$shm_out" || exit 1
     fi
     local r
     r=$(NORMD_PROTO=$4 NORMD_SHM_IN_FILE=$shm_in \
-        wrk -t $threads -c "$3" -d "${DURATION:-8}s" --timeout 10s -s "$here/post_binary.lua" \
+        wrk -t 8 -c "$3" -d "${DURATION:-8}s" --timeout 10s -s "$here/post_binary.lua" \
         "http://127.0.0.1:$daemon_port/" | grep '^RESULT')
     echo "$1 $4 shape=$NORMD_SHAPE c=$3 rps=$(field rps "$r") p50_us=$(field p50_us "$r")" \
          "p99_us=$(field p99_us "$r") max_us=$(field max_us "$r") non2xx=$(field non2xx "$r")"
