@@ -99,12 +99,14 @@ static void wake_slot(nd_batcher *b, int slot)
         pthread_cond_signal(&b->wake[slot]);
 }
 
-/* 1 when a job's x (or y) goes by the device's own copy from (or to) its place: pinned (in
- * memory the engine took with host_register) and at least --cuda-shm-dma-bytes. */
-static int dma_ok(const nd_batcher *b, const nd_job *j, int pinned)
+/* 1 when a job's x (or y) is left to the device to take from (or put in) its place: pinned
+ * (in memory the engine took with host_register), and at least --cuda-shm-dma-bytes or the
+ * batch's only job (whose x and y the kernel of a small batch reads and writes in place). */
+static int dma_ok(const nd_batcher *b, const nd_job *j, int pinned, int njobs)
 {
     return pinned &&
-           (size_t)j->req.elems * nd_dtype_size(j->req.dtype) >= b->cfg.cuda_shm_dma_bytes;
+           (njobs == 1 ||
+            (size_t)j->req.elems * nd_dtype_size(j->req.dtype) >= b->cfg.cuda_shm_dma_bytes);
 }
 
 /* ---- keys ---- */
@@ -391,14 +393,15 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
     if (b->engine->vt->host_register) {
         int want = 0;
         for (nd_job *j = jobs; j; j = j->next)
-            want += dma_ok(b, j, j->x_pinned) + dma_ok(b, j, j->y_dst && j->y_pinned);
+            want += dma_ok(b, j, j->x_pinned, njobs) +
+                    dma_ok(b, j, j->y_dst && j->y_pinned, njobs);
         if (want)
             dma = malloc((size_t)want * sizeof *dma); /* NULL: copy everything */
     }
     char *p = in;
     for (nd_job *j = jobs; j; j = j->next) {
         size_t n = (size_t)j->req.elems * esz;
-        if (dma && dma_ok(b, j, j->x_pinned))
+        if (dma && dma_ok(b, j, j->x_pinned, njobs))
             dma[ndma_in++] = (nd_batch_dma){.off = (size_t)(p - (char *)in), .bytes = n,
                                             .src = j->req.x};
         else
@@ -409,7 +412,7 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
     size_t y_off = 0;
     for (nd_job *j = jobs; j; j = j->next) {
         size_t n = (size_t)j->req.elems * esz;
-        if (dma && dma_ok(b, j, j->y_dst && j->y_pinned))
+        if (dma && dma_ok(b, j, j->y_dst && j->y_pinned, njobs))
             dma_out[ndma_out++] = (nd_batch_dma){.off = y_off, .bytes = n, .dst = j->y_dst};
         y_off += n;
     }

@@ -74,9 +74,9 @@ static const opt options[] = {
      "into pinned host memory instead of copying them back (default 16777216; 0: always copy)"},
     {"cuda-shm-dma-bytes", "NORMD_CUDA_SHM_DMA_BYTES", OPT_SIZE, OFF(cuda_shm_dma_bytes), 0,
      INT64_C(1) << 40,
-     "tensors in shared memory regions (--allow-client-shm) of at least this many bytes are "
-     "copied by the GPU straight from and to their region instead of through staging, when the "
-     "region could be pinned (default 262144; 0: every such tensor)"},
+     "tensors in shared memory regions (--allow-client-shm) of at least this many bytes, and "
+     "those of a request that runs alone, go between their region and the GPU without passing "
+     "through staging, when the region could be pinned (default 262144; 0: every such tensor)"},
     {"admin-token-file", "NORMD_ADMIN_TOKEN_FILE", OPT_TOKEN_FILE, 0, 0, 0,
      "file holding the bearer token that PUT and DELETE /v1/params/{name} and registering or "
      "unregistering shared memory require (Authorization: Bearer TOKEN); default: none, which "

@@ -29,7 +29,8 @@
  *     back), one D2H copy brings y and the statistics back. Tensors in shared memory regions
  *     (--allow-client-shm) are pinned when registered (host_register); a large one is copied by
  *     its own H2D and D2H between its region and the device buffers, so the host never copies
- *     its bytes (--cuda-shm-dma-bytes), and the staging copies go around it.
+ *     its bytes (--cuda-shm-dma-bytes), and the staging copies go around it. A small batch of
+ *     one request in shared memory has its kernel read x from and write y to the regions.
  *
  * Errors: every CUDA call is checked and reported as ND_EDEVICE with the CUDA error string. A
  * sticky error (illegal address, launch failure, ECC, device lost...) leaves the context unusable:
@@ -103,6 +104,8 @@ typedef struct cuda_engine {
     size_t direct_out_bytes; /* --cuda-direct-output-bytes: outputs up to this size are written
                               * by the kernel into the mapped host staging, with no copy back */
     write_value32_fn write_value32; /* cuStreamWriteValue32, or NULL where the driver lacks it */
+    int host_pointers; /* every device uses a registered host pointer as its own device address
+                        * (cudaDevAttrCanUseHostPointerForRegisteredMem) */
     atomic_int broken_claim; /* the first thread to see a sticky error claims the message */
     atomic_int broken;       /* then sets this, after writing broken_msg */
     char broken_msg[256];
@@ -360,15 +363,17 @@ static const void *pset_dev(const nd_param_set *ps, int dev, int k)
 }
 
 /* The kernel, on the slot's stream, with device pointers: inputs from the mapped host staging
- * with zc_in (else the device copy), outputs into it with zc_out. Inline parameters win over a
- * registered set, as in the cpu engine. */
-static nd_status launch(cuda_slot *s, const nd_batch *b, int zc_in, int zc_out, nd_error *err)
+ * with zc_in (else the device copy), outputs into it with zc_out; x_host and y_host (when not
+ * NULL) are x and y in registered host memory that the kernel reads and writes directly. Inline
+ * parameters win over a registered set, as in the cpu engine. */
+static nd_status launch(cuda_slot *s, const nd_batch *b, int zc_in, int zc_out,
+                        const void *x_host, void *y_host, nd_error *err)
 {
     const nd_param_set *ps = b->pset;
     const int ln = b->op == ND_OP_LAYERNORM;
     nd_batch_ptrs p = {
-        .x = dev_in(s, b->x, zc_in),
-        .y = dev_out(s, b->y, zc_out),
+        .x = x_host ? x_host : dev_in(s, b->x, zc_in),
+        .y = y_host ? y_host : dev_out(s, b->y, zc_out),
         .mean = dev_out(s, b->mean, zc_out),
         .rstd = dev_out(s, b->rstd, zc_out),
         .gamma = b->gamma ? dev_in(s, b->gamma, zc_in)
@@ -461,10 +466,19 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
      * the copy back would take (H100, 8x4096 float16 batches at 64 connections: kernel
      * 14.6 -> 22.8 us, the 20.7 us copy gone), and the batch needs two driver calls fewer. */
     /* Parts of x and y in registered host memory (dma_in, dma_out) are copied by the copy
-     * engines straight from and to their place, so such a batch copies in and out. */
-    const int zc = b->ndma_in == 0 && b->ndma_out == 0 && ce->zero_copy_bytes > 0 &&
-                   in_end + out_end <= ce->zero_copy_bytes;
+     * engines straight from and to their place, so such a batch copies in and out; unless each
+     * is one piece that is all of x (y) and the batch is small enough to run without copies:
+     * then the kernel reads x from (writes y to) that memory itself, as it does the staging. */
+    const int whole_in = b->ndma_in == 1 && b->dma_in[0].off == 0 && b->dma_in[0].bytes == x_bytes;
+    const int whole_out =
+        b->ndma_out == 1 && b->dma_out[0].off == 0 && b->dma_out[0].bytes == x_bytes;
+    const int direct = ce->host_pointers && (b->ndma_in == 0 || whole_in) &&
+                       (b->ndma_out == 0 || whole_out);
+    const int zc = (direct || (b->ndma_in == 0 && b->ndma_out == 0)) &&
+                   ce->zero_copy_bytes > 0 && in_end + out_end <= ce->zero_copy_bytes;
     const int zc_out = zc || (b->ndma_out == 0 && out_end <= ce->direct_out_bytes);
+    const void *x_host = zc && whole_in ? b->dma_in[0].src : NULL;
+    void *y_host = zc && whole_out ? b->dma_out[0].dst : NULL;
     const double t_submit = now_us();
     TRY(ce, s->dev, err, cudaSetDevice(s->ordinal));
     (void)cudaGetLastError(); /* a non-sticky error left on this thread is not this batch's */
@@ -485,7 +499,7 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
     if (e0 != cudaSuccess)
         st = cuda_fail(ce, s->dev, e0, "cudaEventRecord", &kerr);
     if (st == ND_OK)
-        st = launch(s, b, zc, zc_out, &kerr);
+        st = launch(s, b, zc, zc_out, x_host, y_host, &kerr);
     if (st == ND_OK) {
         cudaError_t e1 = cudaEventRecord(s->k1, s->stream);
         if (e1 != cudaSuccess)
@@ -638,7 +652,7 @@ static int cuda_host_register(nd_engine *e, void *p, size_t n)
         return -1;
     cudaError_t r = cudaSetDevice(ce->ordinal[0]);
     if (r == cudaSuccess)
-        r = cudaHostRegister(p, n, cudaHostRegisterPortable);
+        r = cudaHostRegister(p, n, cudaHostRegisterPortable | cudaHostRegisterMapped);
     if (r != cudaSuccess) {
         (void)cudaGetLastError();
         if (ce->verbose >= 1)
@@ -776,9 +790,17 @@ nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
             fprintf(stderr, "normd: at most %d slots: %d streams per device\n", MAX_SLOTS,
                     streams);
     }
-    for (int d = 0; d < ndev; d++)
+    ce->host_pointers = 1;
+    for (int d = 0; d < ndev; d++) {
         if (device_open(ce, d, err) != ND_OK)
             goto fail;
+        int same = 0;
+        if (cudaDeviceGetAttribute(&same, cudaDevAttrCanUseHostPointerForRegisteredMem,
+                                   ce->ordinal[d]) != cudaSuccess || !same) {
+            (void)cudaGetLastError();
+            ce->host_pointers = 0; /* registered memory is then only copied, never read */
+        }
+    }
     /* Completion words need cuStreamWriteValue32, a driver entry point (normd links only the
      * runtime; 32-bit stream memory operations are always there since CUDA 12). Without it, or
      * where a write is refused, or with spin_us 0, the wait asks the driver. */

@@ -537,6 +537,24 @@ Test(batcher, pinned_tensors_are_left_to_the_engine_the_rest_is_packed_and_scatt
     }
     cr_assert_eq(dma_seen_in, 2, "x pieces left to the engine: %d (jobs 0 and 3)", dma_seen_in);
     cr_assert_eq(dma_seen_out, 1, "y pieces left to the engine: %d (job 0)", dma_seen_out);
+
+    /* a batch's only job: its pinned x and y are left to the engine whatever their size (the
+     * cuda engine's kernel reads and writes them in place when the batch is small) */
+    dma_seen_in = dma_seen_out = 0;
+    tjob *lone = job_new(2, 8, 1e-5f, NULL, 7.0f);
+    float lone_y[16];
+    lone->job.x_pinned = 1;
+    lone->job.y_dst = lone_y;
+    lone->job.y_pinned = 1;
+    submit_ok(lone);
+    wait_done(lone);
+    cr_assert_eq(lone->job.status, 200, "%s", lone->job.error);
+    for (int k = 0; k < 16; k++)
+        cr_assert_eq(lone_y[k], lone->x[k] + 1.0f, "lone job, element %d", k);
+    cr_assert_eq(dma_seen_in, 1);
+    cr_assert_eq(dma_seen_out, 1);
+    free(lone->x);
+    free(lone);
     nd_batcher_destroy(batcher);
     nd_metrics_destroy(metrics);
     free(eng.in);
