@@ -414,8 +414,9 @@ static cudaError_t copy_pieces(cudaStream_t stream, void *to, const void *from, 
  * Run b on the slot: H2D of the packed inputs, the kernel, D2H of the outputs, then wait for the
  * stream (sleeping: the context uses blocking sync). Every pointer in b must lie in the slot's
  * staging, as the batcher arranges it, except the pieces of x and y in b->dma_in and dma_out,
- * which are copied from and to their own pinned host memory. Whatever happens after the first copy is queued, the stream
- * is drained before returning, so the slot's staging is idle again when run returns.
+ * which are copied from and to (or read and written in) their own pinned host memory. Whatever
+ * happens after the first copy is queued, the stream is drained before returning, so the slot's
+ * staging is idle again when run returns.
  */
 static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
 {
@@ -467,11 +468,13 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
      * 14.6 -> 22.8 us, the 20.7 us copy gone), and the batch needs two driver calls fewer. */
     /* Parts of x and y in registered host memory (dma_in, dma_out) are copied by the copy
      * engines straight from and to their place, so such a batch copies in and out; unless each
-     * is one piece that is all of x (y) and the batch is small enough to run without copies:
-     * then the kernel reads x from (writes y to) that memory itself, as it does the staging. */
-    const int whole_in = b->ndma_in == 1 && b->dma_in[0].off == 0 && b->dma_in[0].bytes == x_bytes;
-    const int whole_out =
-        b->ndma_out == 1 && b->dma_out[0].off == 0 && b->dma_out[0].bytes == x_bytes;
+     * is one piece that is all of x (y), aligned to its elements as the kernels need, and the
+     * batch is small enough to run without copies: then the kernel reads x from (writes y to)
+     * that memory itself, as it does the staging. */
+    const int whole_in = b->ndma_in == 1 && b->dma_in[0].off == 0 &&
+                         b->dma_in[0].bytes == x_bytes && (uintptr_t)b->dma_in[0].src % esz == 0;
+    const int whole_out = b->ndma_out == 1 && b->dma_out[0].off == 0 &&
+                          b->dma_out[0].bytes == x_bytes && (uintptr_t)b->dma_out[0].dst % esz == 0;
     const int direct = ce->host_pointers && (b->ndma_in == 0 || whole_in) &&
                        (b->ndma_out == 0 || whole_out);
     const int zc = (direct || (b->ndma_in == 0 && b->ndma_out == 0)) &&

@@ -46,7 +46,8 @@ static int only_post(conn *c, const char *method)
     return strcmp(method, "POST") ? 405 : 0;
 }
 
-/* /v2/systemsharedmemory/ + rest: status | unregister | region/{name}/(status|register|unregister) */
+/* /v2/systemsharedmemory/ + rest: status, unregister, or region/{name}/ + status, register or
+ * unregister */
 static int shm_route(conn *c, const char *rest, const char *method)
 {
     if (!strncmp(rest, "region/", 7)) {

@@ -779,6 +779,32 @@ Test(v2_configured, tensors_in_shared_memory, .init = start_shm, .fini = stop_sh
     nd_resp_free(&r);
     cr_assert(b1 - b0 >= 1 && b1 - b0 < N, "%g batches for %d requests: none shared", b1 - b0, N);
 
+    /* a lone request with x and y at element-aligned offsets: with the cuda engine its kernel
+     * reads x and writes y in the regions themselves (the unaligned ones above go by copies) */
+    {
+        ln_case lone;
+        ln_make(&lone, 3, COLS, 911);
+        memcpy(lone.g, c[0].g, COLS * 2);
+        memcpy(lone.b, c[0].b, COLS * 2);
+        nd_to_f64(ND_FLOAT16, c[0].g, COLS, lone.gd);
+        nd_to_f64(ND_FLOAT16, c[0].b, COLS, lone.bd);
+        nd_ref_layernorm(lone.xd, 3, COLS, lone.gd, lone.bd, 1e-5, lone.ref, NULL, NULL);
+        const size_t xo = 512 << 10, go = xo + 3 * COLS * 2, bo = go + COLS * 2, yo = 8192;
+        memcpy(in.p + xo, lone.x, 3 * COLS * 2);
+        memcpy(in.p + go, lone.g, COLS * 2);
+        memcpy(in.p + bo, lone.b, COLS * 2);
+        char lj[1024];
+        ln_shm_json(&lone, xo, go, bo, yo, lj, sizeof lj);
+        memset(out.p, 0x7E, out.n);
+        infer_raw("layernorm", lj, NULL, 0, "", NULL, &r);
+        check_shm_answer(&lone, &r, out.p + 4096 + yo);
+        nd_resp_free(&r);
+        for (size_t k = 0; k < out.n; k++)
+            cr_assert(k - (4096 + yo) < 3 * COLS * 2 || out.p[k] == 0x7E,
+                      "byte %zu, outside the lone y window, was written", k);
+        ln_free(&lone);
+    }
+
     /* unregistered while in flight: the batch sleeps for --slow-batch-us */
     memset(out.p, 0x7E, out.n);
     f[0] = (shm_flight){.json = json[0]};
