@@ -386,8 +386,9 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
         return;
     }
 
-    /* Pack: every request's x, one after the other; then the shared inline parameters. An x
-     * large enough in memory the engine registered is left for its device to copy (dma). */
+    /* Pack: every request's x, one after the other; then the shared inline parameters. An x in
+     * memory the engine registered is left to its device (dma_ok): as a piece the device copies
+     * itself, or, for a small batch of one request, reads in place. */
     nd_batch_dma *dma = NULL;
     int ndma_in = 0, ndma_out = 0;
     if (b->engine->vt->host_register) {
