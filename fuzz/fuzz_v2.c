@@ -9,8 +9,10 @@
  *   2: byte 2 as a decimal (often past the body or inside the JSON)
  *   3: the first byte 2 % 24 bytes of the body as the header's text (its parser fuzzed), the
  *      rest as the body
- * A parsed request must point only into the body or its own block; its answer must be JSON
- * followed by exactly the binary outputs' bytes.
+ * A parsed request must point only into the body or its own block (a tensor named by a shared
+ * memory region has no pointer yet: the server sets it); its answer must be JSON followed by
+ * exactly the binary outputs' bytes, an output in shared memory naming its region instead of
+ * carrying values.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -76,10 +78,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     const nd_request *req = &r.req;
     const size_t es = nd_dtype_size(req->dtype);
-    if (!req->x || req->elems != req->outer * req->mid * req->inner || r.noutputs < 1 ||
-        r.noutputs > 3)
+    const int x_shm = r.in_shm[ND_V2_IN_X].region[0] != '\0';
+    if (!req->x != x_shm || req->elems != req->outer * req->mid * req->inner ||
+        r.noutputs < 1 || r.noutputs > 3)
         abort();
-    check_inside_or_out(req->x, (size_t)req->elems * es, body, size);
+    if (x_shm && r.in_shm[ND_V2_IN_X].byte_size != (uint64_t)req->elems * es)
+        abort();
+    if (req->x)
+        check_inside_or_out(req->x, (size_t)req->elems * es, body, size);
     if (req->gamma)
         check_inside_or_out(req->gamma, (size_t)req->mid * es, body, size);
     if (req->beta)
@@ -91,7 +97,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const int64_t rows = nd_request_stat_rows(req);
     void *y = malloc((size_t)req->elems * es);
     float *stats = calloc((size_t)(rows ? rows : 1), sizeof *stats);
-    memcpy(y, req->x, (size_t)req->elems * es);
+    if (req->x)
+        memcpy(y, req->x, (size_t)req->elems * es);
+    else
+        memset(y, 0, (size_t)req->elems * es);
     char *out;
     size_t len, jl;
     if (nd_v2_encode_infer(&r, y, stats, stats, &out, &len, &jl) == 0) {
@@ -104,12 +113,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (json_array_size(outs) != (size_t)r.noutputs)
             abort();
         for (size_t i = 0; i < json_array_size(outs); i++) {
-            const json_t *bs =
-                json_object_get(json_object_get(json_array_get(outs, i), "parameters"),
-                                "binary_data_size");
+            const json_t *o = json_array_get(outs, i), *prm = json_object_get(o, "parameters");
+            const json_t *bs = json_object_get(prm, "binary_data_size");
+            const int in_shm = json_object_get(prm, "shared_memory_region") != NULL;
+            if (in_shm && (bs || json_object_get(o, "data")))
+                abort();
             if (bs)
                 binary += (size_t)json_integer_value(bs);
-            else if (!json_is_array(json_object_get(json_array_get(outs, i), "data")))
+            else if (!in_shm && !json_is_array(json_object_get(o, "data")))
                 abort();
         }
         if (jl + binary != len)
