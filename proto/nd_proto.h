@@ -29,6 +29,10 @@ extern "C" {
 #define ND_MAX_DIMS 8
 #define ND_PARAMS_NAME_MAX 64
 
+/* 1 when name[0, len) may name a registered parameter set or shared memory region: 1 to
+ * ND_PARAMS_NAME_MAX - 1 bytes of A-Z a-z 0-9 _ . - (so also one segment of a URL's path). */
+int nd_name_ok(const char *name, size_t len);
+
 /* Which outputs a request wants. */
 enum {
     ND_OUT_Y = 1u << 0,

@@ -38,7 +38,8 @@ extern "C" {
  * of carried in the body. An input or output with parameters.shared_memory_region (and
  * shared_memory_byte_size, and optionally shared_memory_offset) is read from or written to that
  * region. The parser only records the reference; the server resolves the region's name. */
-#define ND_V2_SHM_NAME_MAX 64 /* bytes of a region name, NUL included */
+/* bytes of a region name, NUL included: region names follow parameter sets' (nd_name_ok) */
+#define ND_V2_SHM_NAME_MAX ND_PARAMS_NAME_MAX
 
 typedef struct nd_v2_shm_ref {
     char region[ND_V2_SHM_NAME_MAX]; /* "" when the tensor is not in shared memory */

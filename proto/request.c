@@ -112,7 +112,7 @@ int nd_request_add_output(nd_request *req, const char *name, size_t len, const c
                                                     : "y");
 }
 
-int nd_request_set_params(nd_request *req, const char *name, size_t len, nd_error *err)
+int nd_name_ok(const char *name, size_t len)
 {
     int ok = len >= 1 && len < ND_PARAMS_NAME_MAX;
     for (size_t i = 0; ok && i < len; i++) {
@@ -120,7 +120,12 @@ int nd_request_set_params(nd_request *req, const char *name, size_t len, nd_erro
         ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
              c == '_' || c == '.' || c == '-';
     }
-    if (!ok) {
+    return ok;
+}
+
+int nd_request_set_params(nd_request *req, const char *name, size_t len, nd_error *err)
+{
+    if (!nd_name_ok(name, len)) {
         char q[64];
         nd_proto_quote(q, sizeof q, name, len);
         return nd_proto_fail(err, 400,

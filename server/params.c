@@ -111,25 +111,11 @@ void nd_params_destroy(nd_params *r)
     free(r);
 }
 
-static int name_ok(const char *name)
-{
-    size_t n = strlen(name);
-    if (n == 0 || n >= ND_PARAMS_NAME_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = name[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-' || c == '.'))
-            return 0;
-    }
-    return 1;
-}
-
 int nd_params_put(nd_params *r, const char *name, nd_dtype dtype,
                   const void *const tensors[ND_PARAM_COUNT], const int64_t count[ND_PARAM_COUNT],
                   nd_error *err)
 {
-    if (!name_ok(name)) {
+    if (!nd_name_ok(name, strlen(name))) {
         nd_error_set(err, ND_EINVAL,
                      "name: \"%.80s\" must be 1-%d characters of A-Z a-z 0-9 _ - .", name,
                      ND_PARAMS_NAME_MAX - 1);

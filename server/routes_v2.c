@@ -54,12 +54,10 @@ static int shm_route(conn *c, const char *rest, const char *method)
         rest += 7;
         size_t n = strcspn(rest, "/");
         c->has_name = 1;
-        if (n == 0 || n >= sizeof c->name || n >= ND_V2_SHM_NAME_MAX)
-            c->name_bad = 1;
-        else {
+        c->name_bad = !nd_name_ok(rest, n); /* else it fits c->name */
+        if (!c->name_bad) {
             memcpy(c->name, rest, n);
             c->name[n] = '\0';
-            c->name_bad = !nd_shm_name_ok(c->name);
         }
         rest += n;
         if (*rest++ != '/')

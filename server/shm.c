@@ -56,20 +56,6 @@ static int fail(nd_error *err, int status, const char *fmt, ...)
     return status;
 }
 
-int nd_shm_name_ok(const char *name)
-{
-    size_t n = strlen(name);
-    if (n == 0 || n >= ND_V2_SHM_NAME_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = name[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '.' || ch == '_' || ch == '-'))
-            return 0;
-    }
-    return 1;
-}
-
 /* A key shm_open takes: an optional leading slash, then 1-254 bytes with no slash, and not "."
  * or ".." (which would name /dev/shm itself or its parent). */
 static int key_ok(const char *key)
@@ -124,7 +110,7 @@ static nd_shm_region *find(nd_shm *r, const char *name)
 int nd_shm_register(nd_shm *r, const char *name, const char *key, uint64_t offset,
                     uint64_t byte_size, nd_error *err)
 {
-    if (!nd_shm_name_ok(name))
+    if (!nd_name_ok(name, strlen(name)))
         return fail(err, 400, "region name: 1 to %d letters, digits, '.', '_' or '-'",
                     ND_V2_SHM_NAME_MAX - 1);
     if (!key_ok(key))

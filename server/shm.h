@@ -78,8 +78,4 @@ int nd_shm_count(nd_shm *r);
  * all 0). */
 void nd_shm_stats(nd_shm *r, int *regions, uint64_t *bytes, uint64_t *pinned_bytes);
 
-/* 1 when name may name a region: 1 to ND_V2_SHM_NAME_MAX - 1 bytes of letters, digits and
- * "._-", so that it is one path segment of /v2/systemsharedmemory/region/{name}/... */
-int nd_shm_name_ok(const char *name);
-
 #endif /* ND_SHM_H */
