@@ -295,14 +295,6 @@ int nd_shm_region_pinned(const nd_shm_region *region)
     return region->pinned;
 }
 
-int nd_shm_count(nd_shm *r)
-{
-    pthread_mutex_lock(&r->lock);
-    int n = r->count;
-    pthread_mutex_unlock(&r->lock);
-    return n;
-}
-
 void nd_shm_stats(nd_shm *r, int *regions, uint64_t *bytes, uint64_t *pinned_bytes)
 {
     *regions = 0;

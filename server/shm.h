@@ -71,9 +71,6 @@ void nd_shm_release(nd_shm *r, nd_shm_region *region);
 /* 1 when the pinner took the region's memory. */
 int nd_shm_region_pinned(const nd_shm_region *region);
 
-/* Regions registered now. */
-int nd_shm_count(nd_shm *r);
-
 /* Regions registered now, their bytes, and the bytes of those the pinner took (r may be NULL:
  * all 0). */
 void nd_shm_stats(nd_shm *r, int *regions, uint64_t *bytes, uint64_t *pinned_bytes);
