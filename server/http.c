@@ -317,6 +317,19 @@ static enum MHD_Result send_unauthorized(conn *c)
     return nd_conn_send(c, 401, r);
 }
 
+int nd_conn_charge(conn *c, long long bytes)
+{
+    nd_server *s = c->srv;
+    long long after = atomic_fetch_add(&s->inflight_bytes, bytes) + bytes;
+    c->charged += bytes;
+    if (after > (long long)s->cfg.max_inflight_bytes && after != c->charged) {
+        atomic_fetch_sub(&s->inflight_bytes, c->charged);
+        c->charged = 0;
+        return -1;
+    }
+    return 0;
+}
+
 /* The request's first call: route and header checks. Answers errors at once. */
 static enum MHD_Result begin_request(conn *c, const char *url, const char *method)
 {
@@ -375,19 +388,12 @@ static enum MHD_Result begin_request(conn *c, const char *url, const char *metho
                                           "(--max-body-bytes)",
                                   declared, s->cfg.max_body_bytes);
     /* The byte budget: a request is charged CHARGE_PER_BYTE times its body from now until it
-     * completes; one that would pass the budget is turned away before its body is read, and
-     * gives its charge back at once, not when its 503 has been sent (until then it would turn
-     * others away, and a client that has read the 503 would still see it in the metric). */
+     * completes; one that would pass the budget is turned away before its body is read. */
     if (declared) {
-        long long charge = CHARGE_PER_BYTE * (long long)declared;
-        long long after = atomic_fetch_add(&s->inflight_bytes, charge) + charge;
-        if (after > (long long)s->cfg.max_inflight_bytes && after != charge) {
-            atomic_fetch_sub(&s->inflight_bytes, charge);
+        if (nd_conn_charge(c, CHARGE_PER_BYTE * (long long)declared))
             return nd_conn_send_error(c, 503, "%llu-byte body would pass the in-flight byte "
                                               "budget of %zu (--max-inflight-bytes); retry later",
                                       declared, s->cfg.max_inflight_bytes);
-        }
-        c->charged = charge;
         /* Reserve what the client declared, up to BODY_RESERVE_MAX: a declared length is a
          * promise, not bytes, and many idle connections must not pin large buffers. */
         size_t want = declared + 1 < BODY_RESERVE_MAX ? declared + 1 : BODY_RESERVE_MAX;

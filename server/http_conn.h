@@ -134,6 +134,12 @@ enum MHD_Result nd_conn_send_json(conn *c, int code, char *json);
 enum MHD_Result nd_conn_send_error(conn *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Charges bytes more to the request against --max-inflight-bytes (given back when it completes).
+ * -1 when that passes the budget while other requests hold charges: then the request's whole
+ * charge is given back at once, not when its 503 has been sent (until then it would turn others
+ * away, and a client that has read the 503 would still see it in normd_inflight_bytes). A
+ * request alone is never turned away, whatever its size. */
+int nd_conn_charge(conn *c, long long bytes);
 /* Resolves req->params against the registry into c->job.pset; 0 or an HTTP status + message. */
 int nd_conn_bind_params(conn *c, nd_request *req, char *msg, size_t size);
 /* Submits c->job (its req already set) and suspends the connection; the answer comes later. */

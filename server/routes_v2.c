@@ -203,15 +203,11 @@ static int bind_shm(conn *c, nd_error *err)
     /* The byte budget charges a request for the memory it makes the daemon hold (the body, the
      * batch's staging, the answer). A request in shared memory sends a small body but still
      * takes staging in and out: charge that, and turn it away as an over-budget body is. */
-    long long charge = 2 * (long long)nd_v2_output_bytes(req, ND_V2_OUT_Y);
-    long long after = atomic_fetch_add(&s->inflight_bytes, charge) + charge;
-    c->charged += charge;
-    if (after > (long long)s->cfg.max_inflight_bytes && after != c->charged) {
-        atomic_fetch_sub(&s->inflight_bytes, c->charged);
-        c->charged = 0;
+    const long long y_bytes = (long long)nd_v2_output_bytes(req, ND_V2_OUT_Y);
+    if (nd_conn_charge(c, 2 * y_bytes)) {
         snprintf(err->msg, sizeof err->msg, "%lld bytes of tensors in shared memory would pass "
                  "the in-flight byte budget of %zu (--max-inflight-bytes); retry later",
-                 charge / 2, s->cfg.max_inflight_bytes);
+                 y_bytes, s->cfg.max_inflight_bytes);
         return 503;
     }
     return 0;
