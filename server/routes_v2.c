@@ -257,6 +257,20 @@ enum MHD_Result nd_v2_send_result(conn *c)
     for (int k = ND_V2_OUT_MEAN; k < ND_V2_OUT_COUNT; k++)
         if (c->shm_out[k] && stats[k])
             memcpy(c->shm_out[k], stats[k], nd_v2_output_bytes(&r.req, k));
+    /* Every access to the request's regions is behind us: if one of them lost pages under it
+     * (its object shrank; shm.c's SIGBUS guard put zero pages there), what was read or written
+     * is not the client's tensor. */
+    for (int k = 0; k < c->nshm_held; k++)
+        if (nd_shm_region_faulted(c->shm_held[k])) {
+            const char *name = nd_shm_region_name(c->shm_held[k]);
+            if (c->srv->cfg.verbose >= 1)
+                fprintf(stderr, "normd: shared memory region \"%s\" shrank under a request\n",
+                        name);
+            return nd_conn_send_error(c, 400, "shared memory region \"%s\": its object shrank "
+                                      "while this request was using it, so its tensors were not "
+                                      "read or written whole; unregister the region and "
+                                      "register it again", name);
+        }
     char *out;
     size_t len, json_len;
     if (nd_v2_encode_infer_room(&r, j->y, j->y ? j->y_room : 0, j->mean, j->rstd, &out, &len,

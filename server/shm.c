@@ -6,6 +6,16 @@
  * takes the region off the list and drops the first; whoever drops the last unmaps it. The lock
  * is held only to look up and count, never while a request's bytes are copied, so a large copy
  * from one region does not hold up another request's lookup.
+ *
+ * Pages that vanish. The size check at every use cannot stop a client that shrinks its object
+ * while a request is queued: the batcher then reads x from, or writes y to, pages past the
+ * object's end, and the kernel answers with SIGBUS, which would end the daemon. So each mapping
+ * is also listed in a lock-free table (guard_slots) that a SIGBUS handler reads: a fault inside
+ * a listed mapping gets a private zero page mapped over the lost one (MAP_FIXED), the mapping is
+ * marked as faulted, and the copy goes on; every request that holds the region is answered 400
+ * (nd_shm_region_faulted, checked after the last copy), and the region is refused until it is
+ * registered again, since its mapping no longer shows the object. A SIGBUS anywhere else is
+ * handed back to the previous action, so a real bug still ends the daemon with a core.
  */
 #include "shm.h"
 
@@ -13,7 +23,9 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +42,7 @@ struct nd_shm_region {
     size_t map_len;
     char *base;                 /* the window's first byte, inside the mapping */
     int pinned;                 /* the pinner took the mapping */
+    int guard;                  /* its slot in guard_slots */
     const nd_shm_pinner *pinner;
     int refs;                   /* 1 while registered, + 1 per request holding it */
     nd_shm_region *next;
@@ -56,6 +69,93 @@ static int fail(nd_error *err, int status, const char *fmt, ...)
     return status;
 }
 
+/* ---- the SIGBUS guard (see the top of this file) ---- */
+
+/* Mappings alive at once, registered or still held after unregistering: twice the most regions
+ * --max-shm-regions allows. Untouched slots cost no memory (bss). */
+enum { GUARD_SLOTS = 2 << 16 };
+
+typedef struct guard_slot {
+    _Atomic uintptr_t lo, hi; /* the mapping [lo, hi); 0, 0 when free */
+    atomic_int used;          /* claimed by a region */
+    atomic_int faulted;       /* a page of it vanished under an access */
+} guard_slot;
+
+static guard_slot guard_slots[GUARD_SLOTS];
+static atomic_int guard_top; /* slots below this may be in use; the handler looks no further */
+static uintptr_t guard_page;
+static struct sigaction guard_prev;
+static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
+
+/* Async-signal-safe: atomics and one mmap. */
+static void guard_on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    const int saved = errno;
+    const uintptr_t a = (uintptr_t)si->si_addr;
+    const int top = atomic_load(&guard_top);
+    for (int i = 0; i < top; i++) {
+        guard_slot *g = &guard_slots[i];
+        if (a < atomic_load(&g->lo) || a >= atomic_load(&g->hi))
+            continue;
+        void *page = (void *)(a & ~(guard_page - 1));
+        if (mmap(page, guard_page, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+            atomic_store(&g->faulted, 1);
+            errno = saved;
+            return; /* the access runs again, on the zero page */
+        }
+        break;
+    }
+    /* Not a region's page: the previous action (by default, end with a core); the access runs
+     * again and faults under it. An ignored SIGBUS would fault forever: take the default. */
+    if (guard_prev.sa_handler == SIG_IGN)
+        guard_prev.sa_handler = SIG_DFL;
+    sigaction(sig, &guard_prev, NULL);
+    errno = saved;
+}
+
+static void guard_install(void)
+{
+    guard_page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = guard_on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, &guard_prev) != 0)
+        fprintf(stderr, "normd: cannot handle SIGBUS (%s): a client that shrinks a shared memory "
+                        "object under a request ends the daemon\n", strerror(errno));
+}
+
+/* Lists [p, p + n) for the handler; the slot, or -1 when every slot is taken. */
+static int guard_claim(void *p, size_t n)
+{
+    for (int i = 0; i < GUARD_SLOTS; i++) {
+        int free_slot = 0;
+        if (!atomic_compare_exchange_strong(&guard_slots[i].used, &free_slot, 1))
+            continue;
+        guard_slot *g = &guard_slots[i];
+        atomic_store(&g->faulted, 0);
+        atomic_store(&g->hi, 0);
+        atomic_store(&g->lo, (uintptr_t)p);
+        atomic_store(&g->hi, (uintptr_t)p + n);
+        int top = atomic_load(&guard_top);
+        while (top <= i && !atomic_compare_exchange_weak(&guard_top, &top, i + 1)) {
+        }
+        return i;
+    }
+    return -1;
+}
+
+/* Unlists a slot, before its mapping goes. */
+static void guard_drop(int i)
+{
+    atomic_store(&guard_slots[i].hi, 0);
+    atomic_store(&guard_slots[i].lo, 0);
+    atomic_store(&guard_slots[i].used, 0);
+}
+
 /* A key shm_open takes: an optional leading slash, then 1-254 bytes with no slash, and not "."
  * or ".." (which would name /dev/shm itself or its parent). */
 static int key_ok(const char *key)
@@ -68,6 +168,7 @@ static int key_ok(const char *key)
 
 nd_shm *nd_shm_create(int max_regions, const nd_shm_pinner *pinner)
 {
+    pthread_once(&guard_once, guard_install);
     nd_shm *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
@@ -82,6 +183,7 @@ static void region_free(nd_shm_region *g)
 {
     if (g->pinned)
         g->pinner->unpin(g->pinner->ctx, g->map);
+    guard_drop(g->guard);
     munmap(g->map, g->map_len);
     close(g->fd);
     free(g);
@@ -151,11 +253,16 @@ int nd_shm_register(nd_shm *r, const char *name, const char *key, uint64_t offse
         return fail(err, 400, "key \"%s\": cannot map %zu bytes: %s", key, map_len, strerror(e));
     }
     nd_shm_region *g = calloc(1, sizeof *g);
-    if (!g) {
+    const int slot = g ? guard_claim(map, map_len) : -1;
+    if (slot < 0) {
+        free(g);
         munmap(map, map_len);
         close(fd);
-        return fail(err, 500, "out of memory");
+        return g ? fail(err, 503, "%d shared memory mappings are alive (registered, or held by "
+                                  "requests after unregistering); retry later", GUARD_SLOTS)
+                 : fail(err, 500, "out of memory");
     }
+    g->guard = slot;
     snprintf(g->name, sizeof g->name, "%s", name);
     snprintf(g->key, sizeof g->key, "%s", key);
     g->offset = offset;
@@ -265,6 +372,10 @@ nd_shm_region *nd_shm_acquire(nd_shm *r, const char *name, uint64_t offset, uint
         *status = fail(err, 400, "offset %llu + %llu bytes run past region \"%s\" of %llu bytes",
                        (unsigned long long)offset, (unsigned long long)bytes, name,
                        (unsigned long long)g->byte_size);
+    else if (atomic_load(&guard_slots[g->guard].faulted))
+        *status = fail(err, 400, "region \"%s\": its object \"%s\" shrank while a request was "
+                                 "using it; unregister the region and register it again",
+                       name, g->key);
     else if (fstat(g->fd, &st) != 0 || (uint64_t)st.st_size < g->offset + g->byte_size)
         *status = fail(err, 400, "region \"%s\": its object \"%s\" no longer holds it (%lld "
                                  "bytes now); register the region again",
@@ -293,6 +404,16 @@ void nd_shm_release(nd_shm *r, nd_shm_region *region)
 int nd_shm_region_pinned(const nd_shm_region *region)
 {
     return region->pinned;
+}
+
+int nd_shm_region_faulted(const nd_shm_region *region)
+{
+    return atomic_load(&guard_slots[region->guard].faulted);
+}
+
+const char *nd_shm_region_name(const nd_shm_region *region)
+{
+    return region->name;
 }
 
 void nd_shm_stats(nd_shm *r, int *regions, uint64_t *bytes, uint64_t *pinned_bytes)

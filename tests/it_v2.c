@@ -874,3 +874,79 @@ Test(v2_configured, tensors_in_shared_memory, .init = start_shm, .fini = stop_sh
     shm_drop(&in);
     shm_drop(&out);
 }
+
+/* A client that shrinks its object while its request is in flight (the batch sleeps for
+ * --slow-batch-us): the daemon's writes of y and of the mean to the lost pages would raise
+ * SIGBUS and end it. That request is answered 400 naming the region, the daemon keeps serving,
+ * the region is refused until it is registered again (even once the object has its size back),
+ * and then it is served. */
+Test(v2_configured, an_object_shrunk_under_a_request, .init = start_shm, .fini = stop_shm)
+{
+    enum { ROWS = 4, COLS = 96, Y_OFF = 4096 - 100, MEAN_OFF = 2 * 4096 };
+    shm_obj in, out;
+    shm_make(&in, "in", 4096);
+    shm_make(&out, "out", 3 * 4096);
+    ln_case c;
+    ln_make(&c, ROWS, COLS, 0x5B5B);
+    memcpy(in.p, c.x, (size_t)ROWS * COLS * 2);
+    memcpy(in.p + 1024, c.g, COLS * 2);
+    memcpy(in.p + 1024 + COLS * 2, c.b, COLS * 2);
+    shm_register("in", &in, 0, in.n, SHM_AUTH);
+    shm_register("out", &out, 0, out.n, SHM_AUTH);
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"inputs\":[{\"name\":\"x\",\"shape\":[%d,%d],\"datatype\":\"FP16\","
+             "\"parameters\":{\"shared_memory_region\":\"in\",\"shared_memory_byte_size\":%d}},"
+             "{\"name\":\"gamma\",\"shape\":[%d],\"datatype\":\"FP16\",\"parameters\":{"
+             "\"shared_memory_region\":\"in\",\"shared_memory_offset\":1024,"
+             "\"shared_memory_byte_size\":%d}},"
+             "{\"name\":\"beta\",\"shape\":[%d],\"datatype\":\"FP16\",\"parameters\":{"
+             "\"shared_memory_region\":\"in\",\"shared_memory_offset\":%d,"
+             "\"shared_memory_byte_size\":%d}}],"
+             "\"outputs\":[{\"name\":\"y\",\"parameters\":{\"shared_memory_region\":\"out\","
+             "\"shared_memory_offset\":%d,\"shared_memory_byte_size\":%d}},"
+             "{\"name\":\"mean\",\"parameters\":{\"shared_memory_region\":\"out\","
+             "\"shared_memory_offset\":%d,\"shared_memory_byte_size\":%d}}]}",
+             ROWS, COLS, ROWS * COLS * 2, COLS, COLS * 2, COLS, 1024 + COLS * 2, COLS * 2, Y_OFF,
+             ROWS * COLS * 2, MEAN_OFF, ROWS * 4);
+
+    shm_flight f = {.json = json};
+    pthread_t t;
+    pthread_create(&t, NULL, shm_fly, &f);
+    usleep(100000);
+    int fd = shm_open(out.key, O_RDWR, 0);
+    cr_assert(fd >= 0);
+    cr_assert_eq(ftruncate(fd, 4096), 0, "shrink to the first page");
+    pthread_join(t, NULL);
+    expect_error(&f.r, 400, "shared memory region \\\"out\\\": its object shrank while this "
+                            "request was using it");
+    nd_resp_free(&f.r);
+
+    nd_resp r;
+    cr_assert_eq(nd_http("GET", url_of("/v2/health/ready"), NULL, NULL, 0, &r), 0);
+    cr_assert_eq(r.code, 200, "the daemon still serves");
+    nd_resp_free(&r);
+    cr_assert_eq(ftruncate(fd, (off_t)out.n), 0, "the object's old size back");
+    close(fd);
+    infer_raw("layernorm", json, NULL, 0, "", NULL, &r);
+    expect_error(&r, 400, "outputs[0].parameters.shared_memory_region: region \\\"out\\\": its "
+                          "object");
+    expect_error(&r, 400, "shrank while a request was using it; unregister the region and "
+                          "register it again");
+    nd_resp_free(&r);
+
+    cr_assert_eq(shm_post("/v2/systemsharedmemory/region/out/unregister", NULL, SHM_AUTH, &r),
+                 200);
+    nd_resp_free(&r);
+    shm_register("out", &out, 0, out.n, SHM_AUTH);
+    infer_raw("layernorm", json, NULL, 0, "", NULL, &r);
+    cr_assert_eq(r.code, 200, "registered again: HTTP %ld: %s", r.code, r.body);
+    nd_resp_free(&r);
+    char msg[256];
+    int64_t bad = nd_compare(ND_FLOAT16, out.p + Y_OFF, c.ref, (int64_t)ROWS * COLS, "y", msg,
+                             sizeof msg);
+    cr_assert_eq(bad, 0, "%lld wrong: %s", (long long)bad, msg);
+    ln_free(&c);
+    shm_drop(&in);
+    shm_drop(&out);
+}

@@ -8,10 +8,12 @@
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../server/shm.h"
@@ -229,4 +231,107 @@ Test(shm, a_shrunk_object_is_refused)
     nd_shm_destroy(r);
     munmap(obj, 8192);
     shm_unlink(key);
+}
+
+static void resize_object(const char *key, off_t n)
+{
+    int fd = shm_open(key, O_RDWR, 0);
+    cr_assert(fd >= 0);
+    cr_assert_eq(ftruncate(fd, n), 0);
+    close(fd);
+}
+
+/* A client that shrinks its object while a request holds the region: the daemon's copies from
+ * and to the lost pages (here, the test's own reads and writes through the request's pointer)
+ * would raise SIGBUS and end the daemon. They complete, on zero pages; the region says it
+ * faulted, a region beside it does not, and it is refused from then on, even once the object
+ * has its old size again (the mapping no longer shows the object there). */
+Test(shm, pages_lost_under_a_request_fault_the_region_not_the_daemon)
+{
+    char key[96], key2[96];
+    unsigned char *obj, *obj2;
+    make_object(key, sizeof key, "lost", 3 * 4096, 1, &obj);
+    make_object(key2, sizeof key2, "kept", 4096, 2, &obj2);
+    nd_shm *r = nd_shm_create(4, NULL);
+    nd_error err = {{0}};
+    cr_assert_eq(nd_shm_register(r, "lost", key, 0, 3 * 4096, &err), 0, "%s", err.msg);
+    cr_assert_eq(nd_shm_register(r, "kept", key2, 0, 4096, &err), 0, "%s", err.msg);
+    void *p = NULL, *p2 = NULL;
+    int st = 0;
+    nd_shm_region *g = nd_shm_acquire(r, "lost", 0, 3 * 4096, &p, &st, &err);
+    nd_shm_region *g2 = nd_shm_acquire(r, "kept", 0, 4096, &p2, &st, &err);
+    cr_assert(g && g2, "%s", err.msg);
+    cr_assert_eq(nd_shm_region_faulted(g), 0);
+
+    resize_object(key, 4096);
+    volatile unsigned char *v = p;
+    unsigned sum = 0;
+    for (size_t i = 4096; i < 3 * 4096; i += 512)
+        sum += v[i]; /* reads of both lost pages */
+    memset((char *)p + 2 * 4096 + 100, 0x33, 200); /* a write to one */
+    cr_assert_eq(sum, 0, "lost pages read as zeros, not as the object's old bytes");
+    cr_assert_eq(nd_shm_region_faulted(g), 1);
+    cr_assert_eq(nd_shm_region_faulted(g2), 0);
+    cr_assert_str_eq(nd_shm_region_name(g), "lost");
+    v[0] = 0x5A; /* the page the object kept is still shared */
+    cr_assert_eq(obj[0], 0x5A);
+    cr_assert_eq(((volatile unsigned char *)p2)[5], (unsigned char)(5 * 7 + 2));
+
+    resize_object(key, 3 * 4096);
+    void *q = NULL;
+    cr_assert_null(nd_shm_acquire(r, "lost", 0, 1, &q, &st, &err));
+    cr_assert_eq(st, 400);
+    cr_assert(strstr(err.msg, "region \"lost\": its object \"") &&
+                  strstr(err.msg, "shrank while a request was using it; unregister the region "
+                                  "and register it again"),
+              "%s", err.msg);
+    nd_shm_release(r, g);
+    nd_shm_release(r, g2);
+
+    /* registered again: a fresh mapping, served */
+    cr_assert_eq(nd_shm_unregister(r, "lost"), 1);
+    cr_assert_eq(nd_shm_register(r, "lost", key, 0, 3 * 4096, &err), 0, "%s", err.msg);
+    g = nd_shm_acquire(r, "lost", 4096, 4096, &q, &st, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    cr_assert_eq(nd_shm_region_faulted(g), 0);
+    ((volatile unsigned char *)q)[7] = 0x6B;
+    cr_assert_eq(obj[4096 + 7], 0x6B, "the object's grown pages, seen through the new mapping");
+    nd_shm_release(r, g);
+    nd_shm_destroy(r);
+    munmap(obj, 3 * 4096);
+    munmap(obj2, 4096);
+    shm_unlink(key);
+    shm_unlink(key2);
+}
+
+/* The guard takes only the pages of registered regions: a SIGBUS anywhere else goes to the
+ * action there was before it, so a real bug still ends the process as it would have (by the
+ * signal; under AddressSanitizer, whose handler was there first, by its report and exit). */
+Test(shm, a_sigbus_outside_the_regions_still_ends_the_process)
+{
+    char key[96];
+    unsigned char *obj;
+    make_object(key, sizeof key, "elsewhere", 2 * 4096, 3, &obj);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        nd_shm *r = nd_shm_create(4, NULL); /* installs the guard */
+        resize_object(key, 0);
+        volatile unsigned char *v = obj;
+        (void)v[4096];
+        nd_shm_destroy(r);
+        _exit(0);
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    munmap(obj, 2 * 4096);
+    shm_unlink(key);
+    if (getenv("NORMD_SANITIZED"))
+        cr_assert(!(WIFEXITED(status) && WEXITSTATUS(status) == 0),
+                  "a read past a shrunk object that no region maps went on");
+    else
+        cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS,
+                  "status %#x: a read past a shrunk object that no region maps did not end the "
+                  "process with SIGBUS", status);
 }
