@@ -49,6 +49,10 @@
  * that re-read their chunk from L2 (bench/split_l2_probe.cu: +1 to +4 points for a lean RMSNorm).
  * With the ops' statistics run in both blocks, 16-bit rows lost 5-13 points on an H100
  * (bench/results/split_two_phase_h100.txt).
+ * Tried: each chunk's x kept in shared memory (stored as it arrives, read back for the output)
+ * so that no register holds it across the wait; the 16-bit LayerNorm kernel's 28-byte spill went
+ * to 0, and 65536 columns lost 2 points, 1048576 gained 1, the other ops lost 1-4 (H100,
+ * bench/results/split_smem_h100.txt).
  */
 #ifndef ND_ROWS_SPLIT_CUH
 #define ND_ROWS_SPLIT_CUH
