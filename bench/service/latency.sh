@@ -26,7 +26,9 @@
 # NORMD_EXTRA (more daemon flags for every configuration), NORMD_OP/NORMD_DTYPE/NORMD_SHAPE
 # (layernorm float16 8,4096), NORMD_PROTO (v1, v2 or v2shm: x and y in shared memory regions that
 # this script makes and registers once each daemon is ready, with --allow-client-shm added), TAG
-# (date and time), RESULTS_DIR (bench/results),
+# (date and time), RESULTS_DIR (bench/results), NORMD_CPUS and WRK_CPUS (CPU lists as taskset -c
+# takes them: the daemon and wrk each kept to their own cores, as a sidecar with dedicated cores
+# and the model server beside it would be; unset: both run anywhere),
 # READY_TIMEOUT (60 s), WORK (logs and scratch; a temporary directory), PYTHON (python3).
 # Needs bash, wrk and python3 (matplotlib for the plot; without it the plot is skipped, and
 # `latency.py plot CSV CURVES PNG` draws it later on a machine that has it).
@@ -50,6 +52,9 @@ export NORMD_SHAPE=${NORMD_SHAPE:-8,4096} NORMD_PROTO=${NORMD_PROTO:-v1}
 
 PYTHON=${PYTHON:-python3}
 die() { echo "latency.sh: $*" >&2; exit 1; }
+on_cpus=() wrk_on_cpus=()
+[ -n "${NORMD_CPUS:-}" ] && on_cpus=(taskset -c "$NORMD_CPUS")
+[ -n "${WRK_CPUS:-}" ] && wrk_on_cpus=(taskset -c "$WRK_CPUS")
 [ -n "${EPOCHREALTIME:-}" ] || die "needs bash 5 (EPOCHREALTIME)"
 for tool in wrk "$PYTHON"; do
     command -v "$tool" >/dev/null || die "$tool not found"
@@ -152,7 +157,7 @@ for repeat in $(seq "$REPEATS"); do
         fi
         t0=$EPOCHREALTIME
         # shellcheck disable=SC2086  # NORMD_EXTRA is a list of flags
-        "$NORMD_BIN" "${listen[@]}" --backend "$backend" "${shm_flags[@]}" $NORMD_EXTRA \
+        "${on_cpus[@]}" "$NORMD_BIN" "${listen[@]}" --backend "$backend" "${shm_flags[@]}" $NORMD_EXTRA \
             >"$log" 2>&1 &
         daemon_pid=$!
         if ! where=$("$PYTHON" "$here/latency.py" ready "$log" "$daemon_pid" "$READY_TIMEOUT"); then
@@ -181,7 +186,8 @@ for repeat in $(seq "$REPEATS"); do
             rm -f "$curve"
             NORMD_LATENCY_CURVE=$curve NORMD_POST_LUA=$here/post_binary.lua NORMD_UNIX=$sock \
                 NORMD_SHM_IN_FILE=$shm_in \
-                wrk -t "$t" -c "$c" -d "${DURATION}s" --timeout 10s --latency -s "$script" \
+                "${wrk_on_cpus[@]}" wrk -t "$t" -c "$c" -d "${DURATION}s" --timeout 10s \
+                --latency -s "$script" \
                 "$url" >"$wlog" 2>&1 || true
             line=$(grep '^RESULT' "$wlog" || true)
             if [ -z "$line" ]; then
@@ -206,7 +212,8 @@ echo
 {
     echo "latency.sh $TAG: $NORMD_OP $NORMD_DTYPE $NORMD_SHAPE ($NORMD_PROTO), ${DURATION}s per run," \
          "$REPEATS repeats, a fresh daemon per configuration and repeat measured from ready," \
-         "wrk -t min(c,$WRK_THREADS); device: $device; NORMD_EXTRA: ${NORMD_EXTRA:-none}"
+         "wrk -t min(c,$WRK_THREADS); device: $device; NORMD_EXTRA: ${NORMD_EXTRA:-none}" \
+         "${NORMD_CPUS:+; normd on CPUs $NORMD_CPUS}${WRK_CPUS:+, wrk on CPUs $WRK_CPUS}"
     "$PYTHON" "$here/latency.py" report "$CSV" "$CURVES" "$PNG"
 } | tee "$TXT"
 echo "CSV: $CSV  curves: $CURVES  report: $TXT  logs: $WORK"
