@@ -48,6 +48,7 @@ struct nd_server {
     atomic_int requests_open;   /* requests from their first handler call to their completion */
     atomic_int connections;     /* open client connections */
     atomic_llong inflight_bytes; /* bytes charged by requests not yet completed (--max-inflight-bytes) */
+    atomic_llong shm_shrunk;     /* requests answered 400 because a region's object shrank under them */
     atomic_int stopping;        /* draining: not ready, every answer closes its connection */
 };
 

@@ -262,11 +262,16 @@ static int append_server_gauges(nd_server *s, char **text, size_t *len)
         "normd_shm_bytes %llu\n"
         "# HELP normd_shm_pinned_bytes Bytes of them pinned for the GPU's own copies.\n"
         "# TYPE normd_shm_pinned_bytes gauge\n"
-        "normd_shm_pinned_bytes %llu\n",
+        "normd_shm_pinned_bytes %llu\n"
+        "# HELP normd_shm_shrunk_requests_total Requests answered 400 because the object of a "
+        "region they used shrank while they were in flight (the region is refused until it is "
+        "registered again).\n"
+        "# TYPE normd_shm_shrunk_requests_total counter\n"
+        "normd_shm_shrunk_requests_total %lld\n",
         atomic_load(&s->connections), atomic_load(&s->requests_open),
         atomic_load(&s->jobs_open), (long long)atomic_load(&s->inflight_bytes),
         s->cfg.max_inflight_bytes, shm_regions, (unsigned long long)shm_bytes,
-        (unsigned long long)shm_pinned);
+        (unsigned long long)shm_pinned, (long long)atomic_load(&s->shm_shrunk));
     char *grown = n < 0 ? NULL : realloc(*text, *len + (size_t)n + 1);
     if (!grown) {
         if (n >= 0)

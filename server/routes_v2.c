@@ -263,6 +263,7 @@ enum MHD_Result nd_v2_send_result(conn *c)
     for (int k = 0; k < c->nshm_held; k++)
         if (nd_shm_region_faulted(c->shm_held[k])) {
             const char *name = nd_shm_region_name(c->shm_held[k]);
+            atomic_fetch_add(&c->srv->shm_shrunk, 1);
             if (c->srv->cfg.verbose >= 1)
                 fprintf(stderr, "normd: shared memory region \"%s\" shrank under a request\n",
                         name);

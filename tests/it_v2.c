@@ -926,6 +926,10 @@ Test(v2_configured, an_object_shrunk_under_a_request, .init = start_shm, .fini =
     cr_assert_eq(nd_http("GET", url_of("/v2/health/ready"), NULL, NULL, 0, &r), 0);
     cr_assert_eq(r.code, 200, "the daemon still serves");
     nd_resp_free(&r);
+    cr_assert_eq(nd_http("GET", url_of("/metrics"), NULL, NULL, 0, &r), 0);
+    cr_assert_eq(nd_metric_value(r.body, "normd_shm_shrunk_requests_total", ""), 1, "%s",
+                 r.body);
+    nd_resp_free(&r);
     cr_assert_eq(ftruncate(fd, (off_t)out.n), 0, "the object's old size back");
     close(fd);
     infer_raw("layernorm", json, NULL, 0, "", NULL, &r);
