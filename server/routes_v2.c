@@ -257,11 +257,12 @@ enum MHD_Result nd_v2_send_result(conn *c)
     for (int k = ND_V2_OUT_MEAN; k < ND_V2_OUT_COUNT; k++)
         if (c->shm_out[k] && stats[k])
             memcpy(c->shm_out[k], stats[k], nd_v2_output_bytes(&r.req, k));
-    /* Every access to the request's regions is behind us: if one of them lost pages under it
-     * (its object shrank; shm.c's SIGBUS guard put zero pages there), what was read or written
-     * is not the client's tensor. */
+    /* Every access to the request's regions is behind us: if the object of one of them shrank
+     * meanwhile (shm.c's SIGBUS guard put zero pages where the CPU met lost ones; the device's
+     * copies wrote to pages the object no longer has), what was read or written is not the
+     * client's tensor. */
     for (int k = 0; k < c->nshm_held; k++)
-        if (nd_shm_region_faulted(c->shm_held[k])) {
+        if (nd_shm_region_lost(c->shm_held[k])) {
             const char *name = nd_shm_region_name(c->shm_held[k]);
             atomic_fetch_add(&c->srv->shm_shrunk, 1);
             if (c->srv->cfg.verbose >= 1)

@@ -13,7 +13,7 @@
  * is also listed in a lock-free table (guard_slots) that a SIGBUS handler reads: a fault inside
  * a listed mapping gets a private zero page mapped over the lost one (MAP_FIXED), the mapping is
  * marked as faulted, and the copy goes on; every request that holds the region is answered 400
- * (nd_shm_region_faulted, checked after the last copy), and the region is refused until it is
+ * (nd_shm_region_lost, checked after the last copy), and the region is refused until it is
  * registered again, since its mapping no longer shows the object. A SIGBUS anywhere else is
  * handed back to the previous action, so a real bug still ends the daemon with a core.
  */
@@ -406,9 +406,13 @@ int nd_shm_region_pinned(const nd_shm_region *region)
     return region->pinned;
 }
 
-int nd_shm_region_faulted(const nd_shm_region *region)
+int nd_shm_region_lost(const nd_shm_region *region)
 {
-    return atomic_load(&guard_slots[region->guard].faulted);
+    if (atomic_load(&guard_slots[region->guard].faulted))
+        return 1;
+    struct stat st;
+    return fstat(region->fd, &st) != 0 ||
+           (uint64_t)st.st_size < region->offset + region->byte_size;
 }
 
 const char *nd_shm_region_name(const nd_shm_region *region)

@@ -9,7 +9,7 @@
  * requests are still reading or writing takes its name away at once but unmaps only after the
  * last of them. Every use checks that the object still holds the whole region, so a client that
  * shrinks its object gets a 400 instead of the daemon touching pages past its end; one that
- * shrinks it while a request is in flight gets a 400 for that request (nd_shm_region_faulted)
+ * shrinks it while a request is in flight gets a 400 for that request (nd_shm_region_lost)
  * instead of a SIGBUS that ends the daemon.
  *
  * Thread-safe: one lock around the table, held for lookups, never across a copy.
@@ -72,10 +72,12 @@ nd_shm_region *nd_shm_acquire(nd_shm *r, const char *name, uint64_t offset, uint
 void nd_shm_release(nd_shm *r, nd_shm_region *region);
 /* 1 when the pinner took the region's memory. */
 int nd_shm_region_pinned(const nd_shm_region *region);
-/* 1 when a page of the region vanished under an access (its object shrank while a request held
- * it): what was read from or written to it since is not the object's. Check it after a
- * request's last access and answer 400; acquire refuses the region from then on. */
-int nd_shm_region_faulted(const nd_shm_region *region);
+/* 1 when the region's object shrank while a request held it: a page vanished under an access
+ * (what was read from or written to it since is not the object's; acquire refuses the region
+ * from then on), or the object is smaller than the region now (a device's copies to pinned
+ * pages do not fault, and the bytes they wrote are not in the object any more). Check it after
+ * a request's last access and answer 400. One fstat. */
+int nd_shm_region_lost(const nd_shm_region *region);
 const char *nd_shm_region_name(const nd_shm_region *region);
 
 /* Regions registered now, their bytes, and the bytes of those the pinner took (r may be NULL:

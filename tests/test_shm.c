@@ -261,7 +261,7 @@ Test(shm, pages_lost_under_a_request_fault_the_region_not_the_daemon)
     nd_shm_region *g = nd_shm_acquire(r, "lost", 0, 3 * 4096, &p, &st, &err);
     nd_shm_region *g2 = nd_shm_acquire(r, "kept", 0, 4096, &p2, &st, &err);
     cr_assert(g && g2, "%s", err.msg);
-    cr_assert_eq(nd_shm_region_faulted(g), 0);
+    cr_assert_eq(nd_shm_region_lost(g), 0);
 
     resize_object(key, 4096);
     volatile unsigned char *v = p;
@@ -270,8 +270,8 @@ Test(shm, pages_lost_under_a_request_fault_the_region_not_the_daemon)
         sum += v[i]; /* reads of both lost pages */
     memset((char *)p + 2 * 4096 + 100, 0x33, 200); /* a write to one */
     cr_assert_eq(sum, 0, "lost pages read as zeros, not as the object's old bytes");
-    cr_assert_eq(nd_shm_region_faulted(g), 1);
-    cr_assert_eq(nd_shm_region_faulted(g2), 0);
+    cr_assert_eq(nd_shm_region_lost(g), 1);
+    cr_assert_eq(nd_shm_region_lost(g2), 0);
     cr_assert_str_eq(nd_shm_region_name(g), "lost");
     v[0] = 0x5A; /* the page the object kept is still shared */
     cr_assert_eq(obj[0], 0x5A);
@@ -293,7 +293,7 @@ Test(shm, pages_lost_under_a_request_fault_the_region_not_the_daemon)
     cr_assert_eq(nd_shm_register(r, "lost", key, 0, 3 * 4096, &err), 0, "%s", err.msg);
     g = nd_shm_acquire(r, "lost", 4096, 4096, &q, &st, &err);
     cr_assert_not_null(g, "%s", err.msg);
-    cr_assert_eq(nd_shm_region_faulted(g), 0);
+    cr_assert_eq(nd_shm_region_lost(g), 0);
     ((volatile unsigned char *)q)[7] = 0x6B;
     cr_assert_eq(obj[4096 + 7], 0x6B, "the object's grown pages, seen through the new mapping");
     nd_shm_release(r, g);
@@ -302,6 +302,35 @@ Test(shm, pages_lost_under_a_request_fault_the_region_not_the_daemon)
     munmap(obj2, 4096);
     shm_unlink(key);
     shm_unlink(key2);
+}
+
+/* An object that is smaller than its region when a request ends is a lost region for that
+ * request even when no CPU access met the lost pages (a device's copies to pinned pages do not
+ * fault); with nothing faulted, the region is served again once the object holds it again. */
+Test(shm, a_region_whose_object_is_short_at_the_end_is_lost)
+{
+    char key[96];
+    unsigned char *obj;
+    make_object(key, sizeof key, "short", 2 * 4096, 4, &obj);
+    nd_shm *r = nd_shm_create(4, NULL);
+    nd_error err = {{0}};
+    cr_assert_eq(nd_shm_register(r, "s", key, 0, 2 * 4096, &err), 0, "%s", err.msg);
+    void *p = NULL;
+    int st = 0;
+    nd_shm_region *g = nd_shm_acquire(r, "s", 0, 8, &p, &st, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    cr_assert_eq(nd_shm_region_lost(g), 0);
+    resize_object(key, 4096);
+    cr_assert_eq(nd_shm_region_lost(g), 1);
+    resize_object(key, 2 * 4096);
+    cr_assert_eq(nd_shm_region_lost(g), 0);
+    nd_shm_release(r, g);
+    g = nd_shm_acquire(r, "s", 4096, 8, &p, &st, &err);
+    cr_assert_not_null(g, "no page faulted: served again (%s)", err.msg);
+    nd_shm_release(r, g);
+    nd_shm_destroy(r);
+    munmap(obj, 2 * 4096);
+    shm_unlink(key);
 }
 
 /* The guard takes only the pages of registered regions: a SIGBUS anywhere else goes to the
