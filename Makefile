@@ -358,7 +358,7 @@ bench-service: $(BUILD)/normd
 # socket), measured from the moment it is ready with wrk at 1 to 256 connections; PASS/MISS lines
 # for the issue's targets, and bench/results/latency_TAG.{csv,txt,png} (the chart: latency by
 # percentile). Variables for latency.sh: CONFIGS, REPEATS, DURATION, CONNS, WRK_THREADS,
-# NORMD_EXTRA, NORMD_OP/NORMD_DTYPE/NORMD_SHAPE, TAG, RESULTS_DIR.
+# NORMD_EXTRA, NORMD_OP/NORMD_DTYPE/NORMD_SHAPE, NORMD_PROTO, NORMD_CPUS/WRK_CPUS, TAG, RESULTS_DIR.
 LATENCY_PKGS := wrk python3-matplotlib
 .PHONY: bench-latency latency-deps
 latency-deps:
