@@ -913,7 +913,17 @@ Test(v2_configured, an_object_shrunk_under_a_request, .init = start_shm, .fini =
     shm_flight f = {.json = json};
     pthread_t t;
     pthread_create(&t, NULL, shm_fly, &f);
-    usleep(100000);
+    /* shrink once the request holds its regions (its job is submitted; the batching window and
+     * the slow batch keep it in flight for another half second) */
+    nd_resp r;
+    double open = 0;
+    for (int i = 0; i < 400 && open < 1; i++) {
+        usleep(5000);
+        cr_assert_eq(nd_http("GET", url_of("/metrics"), NULL, NULL, 0, &r), 0);
+        open = nd_metric_value(r.body, "normd_jobs_open", "");
+        nd_resp_free(&r);
+    }
+    cr_assert_geq(open, 1, "the request never reached the batcher");
     int fd = shm_open(out.key, O_RDWR, 0);
     cr_assert(fd >= 0);
     cr_assert_eq(ftruncate(fd, 4096), 0, "shrink to the first page");
@@ -922,7 +932,6 @@ Test(v2_configured, an_object_shrunk_under_a_request, .init = start_shm, .fini =
                             "request was using it");
     nd_resp_free(&f.r);
 
-    nd_resp r;
     cr_assert_eq(nd_http("GET", url_of("/v2/health/ready"), NULL, NULL, 0, &r), 0);
     cr_assert_eq(r.code, 200, "the daemon still serves");
     nd_resp_free(&r);
