@@ -33,6 +33,14 @@ extern "C" {
  * ND_PARAMS_NAME_MAX - 1 bytes of A-Z a-z 0-9 _ . - (so also one segment of a URL's path). */
 int nd_name_ok(const char *name, size_t len);
 
+/* Fills err (when not NULL) with a printf-style message and returns status: the parsers' and
+ * the shared memory registry's way of answering an HTTP status with its message. */
+int nd_proto_fail(nd_error *err, int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 /* Which outputs a request wants. */
 enum {
     ND_OUT_Y = 1u << 0,

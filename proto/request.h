@@ -12,13 +12,6 @@
 #include "nd_proto.h"
 #include "../kernels/nd_dtype.h"
 
-/* Fills err (when not NULL) with a printf-style message and returns status. */
-int nd_proto_fail(nd_error *err, int status, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
 /* Zeroes *req and records op and wire; 400 for an op outside nd_op. */
 int nd_request_begin(nd_request *req, nd_op op, nd_wire wire, nd_error *err);
 

@@ -24,7 +24,6 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,20 +53,6 @@ struct nd_shm {
     int count, max;
     nd_shm_pinner pinner; /* pin NULL: none */
 };
-
-static int fail(nd_error *err, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(nd_error *err, int status, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
 
 /* ---- the SIGBUS guard (see the top of this file) ---- */
 
@@ -137,8 +122,7 @@ static int guard_claim(void *p, size_t n)
             continue;
         guard_slot *g = &guard_slots[i];
         atomic_store(&g->faulted, 0);
-        atomic_store(&g->hi, 0);
-        atomic_store(&g->lo, (uintptr_t)p);
+        atomic_store(&g->lo, (uintptr_t)p); /* hi is 0 while the slot is free (guard_drop) */
         atomic_store(&g->hi, (uintptr_t)p + n);
         int top = atomic_load(&guard_top);
         while (top <= i && !atomic_compare_exchange_weak(&guard_top, &top, i + 1)) {
@@ -154,6 +138,12 @@ static void guard_drop(int i)
     atomic_store(&guard_slots[i].hi, 0);
     atomic_store(&guard_slots[i].lo, 0);
     atomic_store(&guard_slots[i].used, 0);
+}
+
+/* 1 when g's object no longer holds the whole region (its size now in *st). */
+static int object_short(const nd_shm_region *g, struct stat *st)
+{
+    return fstat(g->fd, st) != 0 || (uint64_t)st->st_size < g->offset + g->byte_size;
 }
 
 /* A key shm_open takes: an optional leading slash, then 1-254 bytes with no slash, and not "."
@@ -213,35 +203,36 @@ int nd_shm_register(nd_shm *r, const char *name, const char *key, uint64_t offse
                     uint64_t byte_size, nd_error *err)
 {
     if (!nd_name_ok(name, strlen(name)))
-        return fail(err, 400, "region name: 1 to %d letters, digits, '.', '_' or '-'",
-                    ND_V2_SHM_NAME_MAX - 1);
+        return nd_proto_fail(err, 400, "region name: 1 to %d letters, digits, '.', '_' or '-'",
+                             ND_V2_SHM_NAME_MAX - 1);
     if (!key_ok(key))
-        return fail(err, 400, "key \"%.64s\": expected a shared memory object's name as "
-                              "shm_open takes it (\"/name\", no other '/')", key);
+        return nd_proto_fail(err, 400, "key \"%.64s\": expected a shared memory object's "
+                                       "name as shm_open takes it (\"/name\", no other '/')",
+                             key);
     if (byte_size == 0)
-        return fail(err, 400, "byte_size: must be at least 1");
+        return nd_proto_fail(err, 400, "byte_size: must be at least 1");
     uint64_t end;
     if (__builtin_add_overflow(offset, byte_size, &end) || end > (uint64_t)INT64_MAX)
-        return fail(err, 400, "offset + byte_size: past 2^63");
+        return nd_proto_fail(err, 400, "offset + byte_size: past 2^63");
 
     int fd = shm_open(key, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) {
         int e = errno;
-        return fail(err, 400, "key \"%s\": cannot open the shared memory object: %s%s", key,
-                    strerror(e), e == ENOENT ? " (create it with shm_open before registering)"
-                                             : "");
+        return nd_proto_fail(err, 400, "key \"%s\": cannot open the shared memory object: %s%s",
+                             key, strerror(e),
+                             e == ENOENT ? " (create it with shm_open before registering)" : "");
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, 400, "key \"%s\": not a shared memory object", key);
+        return nd_proto_fail(err, 400, "key \"%s\": not a shared memory object", key);
     }
     if ((uint64_t)st.st_size < end) {
         close(fd);
-        return fail(err, 400, "key \"%s\": the object is %lld bytes, but offset %llu + "
-                              "byte_size %llu reach byte %llu",
-                    key, (long long)st.st_size, (unsigned long long)offset,
-                    (unsigned long long)byte_size, (unsigned long long)end);
+        return nd_proto_fail(err, 400, "key \"%s\": the object is %lld bytes, but offset %llu "
+                                       "+ byte_size %llu reach byte %llu",
+                             key, (long long)st.st_size, (unsigned long long)offset,
+                             (unsigned long long)byte_size, (unsigned long long)end);
     }
     const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     const uint64_t start = offset / page * page;
@@ -250,7 +241,8 @@ int nd_shm_register(nd_shm *r, const char *name, const char *key, uint64_t offse
     if (map == MAP_FAILED) {
         int e = errno;
         close(fd);
-        return fail(err, 400, "key \"%s\": cannot map %zu bytes: %s", key, map_len, strerror(e));
+        return nd_proto_fail(err, 400, "key \"%s\": cannot map %zu bytes: %s", key, map_len,
+                             strerror(e));
     }
     nd_shm_region *g = calloc(1, sizeof *g);
     const int slot = g ? guard_claim(map, map_len) : -1;
@@ -258,9 +250,10 @@ int nd_shm_register(nd_shm *r, const char *name, const char *key, uint64_t offse
         free(g);
         munmap(map, map_len);
         close(fd);
-        return g ? fail(err, 503, "%d shared memory mappings are alive (registered, or held by "
-                                  "requests after unregistering); retry later", GUARD_SLOTS)
-                 : fail(err, 500, "out of memory");
+        return g ? nd_proto_fail(err, 503, "%d shared memory mappings are alive (registered, "
+                                           "or held by requests after unregistering); retry "
+                                           "later", GUARD_SLOTS)
+                 : nd_proto_fail(err, 500, "out of memory");
     }
     g->guard = slot;
     snprintf(g->name, sizeof g->name, "%s", name);
@@ -280,11 +273,11 @@ int nd_shm_register(nd_shm *r, const char *name, const char *key, uint64_t offse
     pthread_mutex_lock(&r->lock);
     int st_code = 0;
     if (find(r, name))
-        st_code = fail(err, 400, "region \"%s\" is already registered; unregister it first",
-                       name);
+        st_code = nd_proto_fail(err, 400, "region \"%s\" is already registered; unregister it "
+                                          "first", name);
     else if (r->count >= r->max)
-        st_code = fail(err, 507, "%d regions are registered, the most allowed "
-                                 "(--max-shm-regions); unregister one first", r->count);
+        st_code = nd_proto_fail(err, 507, "%d regions are registered, the most allowed "
+                                          "(--max-shm-regions); unregister one first", r->count);
     else {
         g->next = r->head;
         r->head = g;
@@ -350,7 +343,7 @@ char *nd_shm_status_json(nd_shm *r, const char *name, int *status, nd_error *err
     pthread_mutex_unlock(&r->lock);
     if (name && !found && !oom) {
         json_decref(arr);
-        *status = fail(err, 400, "no system shared memory region named \"%s\"", name);
+        *status = nd_proto_fail(err, 400, "no system shared memory region named \"%s\"", name);
         return NULL;
     }
     char *s = oom ? NULL : json_dumps(arr, JSON_COMPACT);
@@ -365,21 +358,24 @@ nd_shm_region *nd_shm_acquire(nd_shm *r, const char *name, uint64_t offset, uint
     nd_shm_region *g = find(r, name);
     struct stat st = {0};
     if (!g)
-        *status = fail(err, 400, "no system shared memory region named \"%s\" (register it "
-                                 "with POST /v2/systemsharedmemory/region/%s/register)",
-                       name, name);
+        *status = nd_proto_fail(err, 400, "no system shared memory region named \"%s\" "
+                                          "(register it with POST "
+                                          "/v2/systemsharedmemory/region/%s/register)",
+                                name, name);
     else if (offset > g->byte_size || bytes > g->byte_size - offset)
-        *status = fail(err, 400, "offset %llu + %llu bytes run past region \"%s\" of %llu bytes",
-                       (unsigned long long)offset, (unsigned long long)bytes, name,
-                       (unsigned long long)g->byte_size);
+        *status = nd_proto_fail(err, 400, "offset %llu + %llu bytes run past region \"%s\" of "
+                                          "%llu bytes",
+                                (unsigned long long)offset, (unsigned long long)bytes, name,
+                                (unsigned long long)g->byte_size);
     else if (atomic_load(&guard_slots[g->guard].faulted))
-        *status = fail(err, 400, "region \"%s\": its object \"%s\" shrank while a request was "
-                                 "using it; unregister the region and register it again",
-                       name, g->key);
-    else if (fstat(g->fd, &st) != 0 || (uint64_t)st.st_size < g->offset + g->byte_size)
-        *status = fail(err, 400, "region \"%s\": its object \"%s\" no longer holds it (%lld "
-                                 "bytes now); register the region again",
-                       name, g->key, (long long)st.st_size);
+        *status = nd_proto_fail(err, 400, "region \"%s\": its object \"%s\" shrank while a "
+                                          "request was using it; unregister the region and "
+                                          "register it again",
+                                name, g->key);
+    else if (object_short(g, &st))
+        *status = nd_proto_fail(err, 400, "region \"%s\": its object \"%s\" no longer holds it "
+                                          "(%lld bytes now); register the region again",
+                                name, g->key, (long long)st.st_size);
     else {
         g->refs++;
         *ptr = g->base + offset;
@@ -408,11 +404,8 @@ int nd_shm_region_pinned(const nd_shm_region *region)
 
 int nd_shm_region_lost(const nd_shm_region *region)
 {
-    if (atomic_load(&guard_slots[region->guard].faulted))
-        return 1;
     struct stat st;
-    return fstat(region->fd, &st) != 0 ||
-           (uint64_t)st.st_size < region->offset + region->byte_size;
+    return atomic_load(&guard_slots[region->guard].faulted) || object_short(region, &st);
 }
 
 const char *nd_shm_region_name(const nd_shm_region *region)

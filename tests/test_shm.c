@@ -44,6 +44,15 @@ static void make_object(char *key, size_t size, const char *tag, size_t n, unsig
     close(fd);
 }
 
+/* Makes the object key n bytes long (the client shrinking or growing it). */
+static void resize_object(const char *key, off_t n)
+{
+    int fd = shm_open(key, O_RDWR, 0);
+    cr_assert(fd >= 0);
+    cr_assert_eq(ftruncate(fd, n), 0);
+    close(fd);
+}
+
 Test(shm, a_window_is_seen_at_its_offset_both_ways)
 {
     char key[96];
@@ -219,10 +228,7 @@ Test(shm, a_shrunk_object_is_refused)
     nd_shm *r = nd_shm_create(4, NULL);
     nd_error err = {{0}};
     cr_assert_eq(nd_shm_register(r, "s", key, 4096, 4096, &err), 0, "%s", err.msg);
-    int fd = shm_open(key, O_RDWR, 0);
-    cr_assert(fd >= 0);
-    cr_assert_eq(ftruncate(fd, 4096), 0);
-    close(fd);
+    resize_object(key, 4096);
     void *p = NULL;
     int st = 0;
     cr_assert_null(nd_shm_acquire(r, "s", 0, 1, &p, &st, &err));
@@ -231,14 +237,6 @@ Test(shm, a_shrunk_object_is_refused)
     nd_shm_destroy(r);
     munmap(obj, 8192);
     shm_unlink(key);
-}
-
-static void resize_object(const char *key, off_t n)
-{
-    int fd = shm_open(key, O_RDWR, 0);
-    cr_assert(fd >= 0);
-    cr_assert_eq(ftruncate(fd, n), 0);
-    close(fd);
 }
 
 /* A client that shrinks its object while a request holds the region: the daemon's copies from
