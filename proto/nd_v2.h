@@ -126,12 +126,27 @@ int nd_v2_encode_infer(const nd_v2_request *r, const void *y, const float *mean,
 int nd_v2_encode_infer_room(const nd_v2_request *r, void *y, size_t y_room, const float *mean,
                             const float *rstd, char **out, size_t *out_len, size_t *json_len);
 
+/* The CUDA shared memory extension's register body (Triton's):
+ *   {"raw_handle": {"b64": "<base64 of a cudaIpcMemHandle_t>"}, "device_id": 0, "byte_size": N}
+ * The handle's bytes go to handle (at most cap; *handle_len of them), device_id and byte_size
+ * (both required, non-negative integers) to *device_id and *byte_size. Returns 0, or 400 with a
+ * message in err that names the field. */
+int nd_v2_parse_cuda_register(const char *body, size_t len, unsigned char *handle, size_t cap,
+                              size_t *handle_len, int64_t *device_id, uint64_t *byte_size,
+                              nd_error *err);
+
+/* Standard base64 (RFC 4648, '+' and '/', padding optional) of n characters into out (at most
+ * cap bytes); returns the bytes decoded, or -1 for a character outside the alphabet, a bad
+ * length or padding, or more than cap bytes. */
+long nd_b64_decode(const char *in, size_t n, unsigned char *out, size_t cap);
+
 /* ---- the other documents, each malloc'ed and NUL-terminated (NULL on allocation failure) ----
  * They come from jansson's json_dumps: free() them unless jansson's allocator is replaced. */
 
-/* GET /v2: {"name":"normd","version":version,"extensions":[...]}; "system_shared_memory" is
- * among the extensions when system_shared_memory is not 0. */
-char *nd_v2_server_metadata_json(const char *version, int system_shared_memory);
+/* GET /v2: {"name":"normd","version":version,"extensions":[...]}; "system_shared_memory" and
+ * "cuda_shared_memory" are among the extensions when their arguments are not 0. */
+char *nd_v2_server_metadata_json(const char *version, int system_shared_memory,
+                                 int cuda_shared_memory);
 
 /* GET /v2/models/{op}: {"name","versions":["1"],"platform":"normd","inputs":[...],"outputs":[...]}
  * with -1 for variable dims. */

@@ -1023,13 +1023,15 @@ static int append(json_t *arr, json_t *v)
     return v ? json_array_append_new(arr, v) : -1;
 }
 
-char *nd_v2_server_metadata_json(const char *version, int system_shared_memory)
+char *nd_v2_server_metadata_json(const char *version, int system_shared_memory,
+                                 int cuda_shared_memory)
 {
     json_t *doc = json_pack("{s:s, s:s, s:[s,s,s]}", "name", "normd", "version",
                             version ? version : "", "extensions", "binary_tensor_data",
                             "statistics", "model_configuration");
-    if (doc && system_shared_memory &&
-        append(json_object_get(doc, "extensions"), json_string("system_shared_memory"))) {
+    json_t *ext = doc ? json_object_get(doc, "extensions") : NULL;
+    if (doc && ((system_shared_memory && append(ext, json_string("system_shared_memory"))) ||
+                (cuda_shared_memory && append(ext, json_string("cuda_shared_memory"))))) {
         json_decref(doc);
         return NULL;
     }
@@ -1156,4 +1158,97 @@ char *nd_v2_stats_json(const nd_op *ops, const nd_v2_stats *stats, int nops)
         }
     }
     return dump(json_pack("{s:o}", "model_stats", list));
+}
+
+/* ---- the CUDA shared memory extension's register body ---- */
+
+static int b64_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+long nd_b64_decode(const char *in, size_t n, unsigned char *out, size_t cap)
+{
+    size_t pad = 0;
+    while (pad < 2 && n > pad && in[n - 1 - pad] == '=')
+        pad++;
+    if (pad && n % 4)
+        return -1; /* padded text comes in quads */
+    n -= pad;
+    if (n % 4 == 1)
+        return -1; /* one character holds only six bits: no whole byte */
+    size_t got = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < n; i++) {
+        int v = b64_value((unsigned char)in[i]);
+        if (v < 0)
+            return -1;
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (got == cap)
+                return -1;
+            out[got++] = (unsigned char)(acc >> bits);
+            acc &= (1u << bits) - 1;
+        }
+    }
+    if (acc != 0)
+        return -1; /* bits left over must be zero (a canonical encoding) */
+    if (pad && (n % 4) + pad != 4)
+        return -1;
+    return (long)got;
+}
+
+/* A required non-negative integer member of doc. */
+static int register_int(const json_t *doc, const char *key, int64_t *v, nd_error *err)
+{
+    const json_t *n = json_object_get(doc, key);
+    if (!n)
+        return nd_proto_fail(err, 400, "%s: required", key);
+    if (!json_is_integer(n) || json_integer_value(n) < 0)
+        return nd_proto_fail(err, 400, "%s: expected a non-negative integer", key);
+    *v = (int64_t)json_integer_value(n);
+    return 0;
+}
+
+int nd_v2_parse_cuda_register(const char *body, size_t len, unsigned char *handle, size_t cap,
+                              size_t *handle_len, int64_t *device_id, uint64_t *byte_size,
+                              nd_error *err)
+{
+    json_error_t jerr;
+    json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!doc)
+        return nd_proto_fail(err, 400, "body: not JSON (%s); expected {\"raw_handle\": "
+                                       "{\"b64\": \"...\"}, \"device_id\": 0, "
+                                       "\"byte_size\": N}", jerr.text);
+    int st = 0;
+    int64_t size = 0;
+    const json_t *raw = json_object_get(doc, "raw_handle");
+    const json_t *b64 = json_is_object(raw) ? json_object_get(raw, "b64") : NULL;
+    if (!json_is_object(doc))
+        st = nd_proto_fail(err, 400, "body: expected a JSON object");
+    else if (!json_is_string(b64))
+        st = nd_proto_fail(err, 400, "raw_handle: required, {\"b64\": \"<base64 of the "
+                                     "cudaIpcMemHandle_t>\"}");
+    else if (!(st = register_int(doc, "device_id", device_id, err)) &&
+             !(st = register_int(doc, "byte_size", &size, err))) {
+        long n = nd_b64_decode(json_string_value(b64), json_string_length(b64), handle, cap);
+        if (n < 0)
+            st = nd_proto_fail(err, 400, "raw_handle.b64: not the base64 of a "
+                                         "cudaIpcMemHandle_t (%zu bytes at most)", cap);
+        else {
+            *handle_len = (size_t)n;
+            *byte_size = (uint64_t)size;
+        }
+    }
+    json_decref(doc);
+    return st;
 }

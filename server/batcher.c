@@ -99,14 +99,25 @@ static void wake_slot(nd_batcher *b, int slot)
         pthread_cond_signal(&b->wake[slot]);
 }
 
-/* 1 when a job's x (or y) is left to the device to take from (or put in) its place: pinned
- * (in memory the engine took with host_register), and at least --cuda-shm-dma-bytes or the
- * batch's only job (whose x and y the kernel of a small batch reads and writes in place). */
-static int dma_ok(const nd_batcher *b, const nd_job *j, int pinned, int njobs)
+/* 1 when a job's x (or y) is left to the device to take from (or put in) its place: device
+ * memory (device: a CUDA shared memory region, which the host cannot touch), or pinned (in
+ * memory the engine took with host_register), and at least --cuda-shm-dma-bytes or the batch's
+ * only job (whose x and y the kernel of a small batch reads and writes in place). */
+static int dma_ok(const nd_batcher *b, const nd_job *j, int pinned, int device, int njobs)
 {
-    return pinned &&
-           (njobs == 1 ||
-            (size_t)j->req.elems * nd_dtype_size(j->req.dtype) >= b->cfg.cuda_shm_dma_bytes);
+    return device ||
+           (pinned && (njobs == 1 || (size_t)j->req.elems * nd_dtype_size(j->req.dtype) >=
+                                         b->cfg.cuda_shm_dma_bytes));
+}
+
+static int dma_x(const nd_batcher *b, const nd_job *j, int njobs)
+{
+    return dma_ok(b, j, j->x_pinned, j->x_device, njobs);
+}
+
+static int dma_y(const nd_batcher *b, const nd_job *j, int njobs)
+{
+    return j->y_dst && dma_ok(b, j, j->y_pinned, j->y_device, njobs);
 }
 
 /* ---- keys ---- */
@@ -391,20 +402,28 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
      * itself, or, for a small batch of one request, reads in place. */
     nd_batch_dma *dma = NULL;
     int ndma_in = 0, ndma_out = 0;
-    if (b->engine->vt->host_register) {
-        int want = 0;
-        for (nd_job *j = jobs; j; j = j->next)
-            want += dma_ok(b, j, j->x_pinned, njobs) +
-                    dma_ok(b, j, j->y_dst && j->y_pinned, njobs);
+    if (b->engine->vt->host_register || b->engine->vt->ipc_open) {
+        int want = 0, on_device = 0;
+        for (nd_job *j = jobs; j; j = j->next) {
+            want += dma_x(b, j, njobs) + dma_y(b, j, njobs);
+            on_device |= j->x_device || (j->y_dst && j->y_device);
+        }
         if (want)
             dma = malloc((size_t)want * sizeof *dma); /* NULL: copy everything */
+        if (want && !dma && on_device) { /* device memory cannot go through the host */
+            nd_metrics_batch(b->metrics, h->op, device, rows, njobs, wait_s, 0, 1);
+            stamp_all(jobs, njobs, t_start, 0, 0, 0, NULL);
+            release_staging(b, slot);
+            finish_all(jobs, 500, "out of memory for the batch's copy list");
+            return;
+        }
     }
     char *p = in;
     for (nd_job *j = jobs; j; j = j->next) {
         size_t n = (size_t)j->req.elems * esz;
-        if (dma && dma_ok(b, j, j->x_pinned, njobs))
+        if (dma && dma_x(b, j, njobs))
             dma[ndma_in++] = (nd_batch_dma){.off = (size_t)(p - (char *)in), .bytes = n,
-                                            .src = j->req.x};
+                                            .src = j->req.x, .dev = j->x_device - 1};
         else
             memcpy(p, j->req.x, n);
         p += n;
@@ -413,8 +432,9 @@ static void run_batch(nd_batcher *b, int slot, nd_job *jobs, int njobs)
     size_t y_off = 0;
     for (nd_job *j = jobs; j; j = j->next) {
         size_t n = (size_t)j->req.elems * esz;
-        if (dma && dma_ok(b, j, j->y_dst && j->y_pinned, njobs))
-            dma_out[ndma_out++] = (nd_batch_dma){.off = y_off, .bytes = n, .dst = j->y_dst};
+        if (dma && dma_y(b, j, njobs))
+            dma_out[ndma_out++] = (nd_batch_dma){.off = y_off, .bytes = n, .dst = j->y_dst,
+                                                 .dev = j->y_device - 1};
         y_off += n;
     }
     nd_batch batch = {

@@ -48,6 +48,10 @@ struct nd_job {
     int x_pinned;         /* set by the submitter: req.x lies in memory the engine took with
                            * host_register, which its device may copy from directly */
     int y_pinned;         /* the same for y_dst */
+    int x_device;         /* set by the submitter: 0 when req.x is host memory; d + 1 when it is
+                           * engine device d's memory (a CUDA shared memory region), which only
+                           * that device's copies and kernels may touch */
+    int y_device;         /* the same for y_dst */
     void *y;              /* req.elems elements of req.dtype, y_room bytes into a malloc'ed
                            * buffer; the submitter frees it with nd_job_free_y. Stays NULL
                            * when y_dst is set */

@@ -20,13 +20,15 @@
 
 struct nd_param_set;
 
-/* A request's tensor that the device copies straight from or to host memory registered with
- * the engine (host_register; a shared memory region), instead of through the staging: its bytes
- * belong at offset off of the batch's x (in) or y (out) and are not in the staging. */
+/* A request's tensor that the device copies straight from or to its own place instead of
+ * through the staging: host memory registered with the engine (host_register; a system shared
+ * memory region), or device memory (a CUDA shared memory region, ipc_open). Its bytes belong at
+ * offset off of the batch's x (in) or y (out) and are not in the staging. */
 typedef struct nd_batch_dma {
     size_t off, bytes;
     const void *src; /* in: where the bytes are */
     void *dst;       /* out: where they go */
+    int dev;         /* -1: registered host memory; else the engine device whose memory it is */
 } nd_batch_dma;
 
 /* One backend call: every pointer is host staging memory of the slot that runs it. */
@@ -95,6 +97,18 @@ typedef struct nd_engine_vt {
      * host_unregister undoes it before the memory goes away. */
     int (*host_register)(nd_engine *e, void *p, size_t n);
     void (*host_unregister)(nd_engine *e, void *p);
+    /* Optional (with them a CUDA shared memory region can be registered, shm.h): map the device
+     * allocation that handle (a cudaIpcMemHandle_t's bytes) names on CUDA device device_id;
+     * returns 0 with its device pointer, its bytes from there and the engine's index of the
+     * device (*dev), or an HTTP status with a message in err. ipc_close unmaps it again. */
+    int (*ipc_open)(nd_engine *e, const void *handle, size_t handle_len, int64_t device_id,
+                    void **ptr, uint64_t *bytes, int *dev, nd_error *err);
+    void (*ipc_close)(nd_engine *e, void *ptr, int dev);
+    /* With ipc_open: copies n bytes between host memory and device dev's memory (either way,
+     * synchronously), for the small tensors of a request in a CUDA region that the host needs:
+     * inline parameters (the batcher compares them) and the statistics outputs. */
+    nd_status (*copy)(nd_engine *e, int dev, void *dst, const void *src, size_t n,
+                      nd_error *err);
     /* Nonzero when the engine can no longer run anything (e.g. a lost CUDA context). */
     int (*broken)(nd_engine *e);
     void (*destroy)(nd_engine *e);

@@ -31,6 +31,10 @@
  *     its own H2D and D2H between its region and the device buffers, so the host never copies
  *     its bytes (--cuda-shm-dma-bytes), and the staging copies go around it. A small batch of
  *     one request in shared memory has its kernel read x from and write y to the regions.
+ *   - CUDA shared memory regions are another process's device memory, opened by IPC handle
+ *     (ipc_open). A batch of one request whose x and y are there, on the slot's device, runs
+ *     its kernel on them in place, at any size; other batches copy such tensors device to
+ *     device into and out of the device buffers. The host never touches them.
  *
  * Errors: every CUDA call is checked and reported as ND_EDEVICE with the CUDA error string. A
  * sticky error (illegal address, launch failure, ECC, device lost...) leaves the context unusable:
@@ -54,7 +58,8 @@ nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
 
 #else /* ND_HAVE_CUDA */
 
-#include <cuda.h> /* types of the one driver entry point used (cuStreamWriteValue32) */
+#include <cuda.h> /* types of the driver entry points used (cuStreamWriteValue32,
+                   * cuMemGetAddressRange) */
 #include <cuda_runtime_api.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -63,6 +68,7 @@ nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
 #include <string.h>
 #include <time.h>
 
+#include "../proto/nd_proto.h"
 #include "params.h"
 
 #define MAX_SLOTS ((int)(sizeof(((nd_engine *)0)->slot_device) / sizeof(int)))
@@ -93,6 +99,7 @@ typedef struct cuda_slot {
 } cuda_slot;
 
 typedef CUresult (*write_value32_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+typedef CUresult (*address_range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
 
 typedef struct cuda_engine {
     nd_engine base;
@@ -104,6 +111,7 @@ typedef struct cuda_engine {
     size_t direct_out_bytes; /* --cuda-direct-output-bytes: outputs up to this size are written
                               * by the kernel into the mapped host staging, with no copy back */
     write_value32_fn write_value32; /* cuStreamWriteValue32, or NULL where the driver lacks it */
+    address_range_fn address_range; /* cuMemGetAddressRange, or NULL: CUDA regions refused */
     int host_pointers; /* every device uses a registered host pointer as its own device address
                         * (cudaDevAttrCanUseHostPointerForRegisteredMem) */
     atomic_int broken_claim; /* the first thread to see a sticky error claims the message */
@@ -364,7 +372,8 @@ static const void *pset_dev(const nd_param_set *ps, int dev, int k)
 
 /* The kernel, on the slot's stream, with device pointers: inputs from the mapped host staging
  * with zc_in (else the device copy), outputs into it with zc_out; x_host and y_host (when not
- * NULL) are x and y in registered host memory that the kernel reads and writes directly. Inline
+ * NULL) are x and y in registered host memory, or in this device's memory, that the kernel
+ * reads and writes directly. Inline
  * parameters win over a registered set, as in the cpu engine. */
 static nd_status launch(cuda_slot *s, const nd_batch *b, int zc_in, int zc_out,
                         const void *x_host, void *y_host, nd_error *err)
@@ -384,15 +393,17 @@ static nd_status launch(cuda_slot *s, const nd_batch *b, int zc_in, int zc_out,
     return nd_batch_call(b, &p, ND_API_CUDA, (void *)s->stream, err);
 }
 
-/* Copies [0, n) between a slot's host staging and its device buffer on stream, except the
- * pieces (in increasing offset) that go between the device buffer and their own registered host
- * memory instead: H2D reads piece i from its src, D2H writes it to its dst. One copy for each
- * stretch of staging between pieces, and one for each piece. */
-static cudaError_t copy_pieces(cudaStream_t stream, void *to, const void *from, size_t n,
-                               const nd_batch_dma *piece, int npieces, enum cudaMemcpyKind kind)
+/* Copies [from_off, n) between a slot's host staging and its device buffer on stream, except
+ * the pieces (in increasing offset, all at or past from_off) that go between the device buffer
+ * and their own place instead (registered host memory, or device memory): H2D reads piece i
+ * from its src, D2H writes it to its dst. One copy for each stretch of staging between pieces,
+ * and one for each piece; a piece's copy lets the runtime tell host from device memory. */
+static cudaError_t copy_pieces(cudaStream_t stream, void *to, const void *from, size_t from_off,
+                               size_t n, const nd_batch_dma *piece, int npieces,
+                               enum cudaMemcpyKind kind)
 {
     const int h2d = kind == cudaMemcpyHostToDevice;
-    size_t at = 0;
+    size_t at = from_off;
     for (int i = 0; i <= npieces; i++) {
         const size_t end = i < npieces ? piece[i].off : n;
         cudaError_t e = cudaSuccess;
@@ -401,13 +412,32 @@ static cudaError_t copy_pieces(cudaStream_t stream, void *to, const void *from, 
         if (e != cudaSuccess || i == npieces)
             return e;
         const nd_batch_dma *d = &piece[i];
-        e = h2d ? cudaMemcpyAsync((char *)to + d->off, d->src, d->bytes, kind, stream)
-                : cudaMemcpyAsync(d->dst, (const char *)from + d->off, d->bytes, kind, stream);
+        e = h2d ? cudaMemcpyAsync((char *)to + d->off, d->src, d->bytes, cudaMemcpyDefault,
+                                  stream)
+                : cudaMemcpyAsync(d->dst, (const char *)from + d->off, d->bytes,
+                                  cudaMemcpyDefault, stream);
         if (e != cudaSuccess)
             return e;
         at = d->off + d->bytes;
     }
     return cudaSuccess;
+}
+
+/* Bytes of the pieces that lie in device memory (their copies do not cross the bus). */
+static size_t device_bytes(const nd_batch_dma *piece, int npieces)
+{
+    size_t n = 0;
+    for (int i = 0; i < npieces; i++)
+        if (piece[i].dev >= 0)
+            n += piece[i].bytes;
+    return n;
+}
+
+/* Lower *lo to p's offset from base (NULL p changes nothing). */
+static void lowest(const void *base, const void *p, size_t *lo)
+{
+    if (p && (size_t)((const char *)p - (const char *)base) < *lo)
+        *lo = (size_t)((const char *)p - (const char *)base);
 }
 
 /*
@@ -470,18 +500,36 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
      * engines straight from and to their place, so such a batch copies in and out; unless each
      * is one piece that is all of x (y), aligned to its elements as the kernels need, and the
      * batch is small enough to run without copies: then the kernel reads x from (writes y to)
-     * that memory itself, as it does the staging. */
+     * that memory itself, as it does the staging. An x (y) that is all in this device's own
+     * memory (a CUDA shared memory region) is read (written) in place at any size: only the
+     * rest of the staging moves, the inline parameters in and the statistics out, and a batch
+     * with neither needs no copy at all. Pieces in another device's memory are copied. */
     const int whole_in = b->ndma_in == 1 && b->dma_in[0].off == 0 &&
                          b->dma_in[0].bytes == x_bytes && (uintptr_t)b->dma_in[0].src % esz == 0;
     const int whole_out = b->ndma_out == 1 && b->dma_out[0].off == 0 &&
                           b->dma_out[0].bytes == x_bytes && (uintptr_t)b->dma_out[0].dst % esz == 0;
-    const int direct = ce->host_pointers && (b->ndma_in == 0 || whole_in) &&
-                       (b->ndma_out == 0 || whole_out);
-    const int zc = (direct || (b->ndma_in == 0 && b->ndma_out == 0)) &&
-                   ce->zero_copy_bytes > 0 && in_end + out_end <= ce->zero_copy_bytes;
-    const int zc_out = zc || (b->ndma_out == 0 && out_end <= ce->direct_out_bytes);
-    const void *x_host = zc && whole_in ? b->dma_in[0].src : NULL;
-    void *y_host = zc && whole_out ? b->dma_out[0].dst : NULL;
+    const int place_x = whole_in && b->dma_in[0].dev == s->dev;
+    const int place_y = whole_out && b->dma_out[0].dev == s->dev;
+    size_t in_begin = place_x ? in_end : 0, out_begin = place_y ? out_end : 0;
+    if (place_x) {
+        lowest(s->h_in, b->gamma, &in_begin);
+        lowest(s->h_in, b->beta, &in_begin);
+        lowest(s->h_in, b->alpha, &in_begin);
+    }
+    if (place_y) {
+        lowest(s->h_out, b->mean, &out_begin);
+        lowest(s->h_out, b->rstd, &out_begin);
+    }
+    const nd_batch_dma *pin = place_x ? NULL : b->dma_in, *pout = place_y ? NULL : b->dma_out;
+    const int npin = place_x ? 0 : b->ndma_in, npout = place_y ? 0 : b->ndma_out;
+    const int host_in = ce->host_pointers && whole_in && b->dma_in[0].dev < 0;
+    const int host_out = ce->host_pointers && whole_out && b->dma_out[0].dev < 0;
+    const int zc = (npin == 0 || host_in) && (npout == 0 || host_out) &&
+                   ce->zero_copy_bytes > 0 &&
+                   (in_end - in_begin) + (out_end - out_begin) <= ce->zero_copy_bytes;
+    const int zc_out = zc || (npout == 0 && out_end - out_begin <= ce->direct_out_bytes);
+    const void *x_host = place_x || (zc && whole_in) ? b->dma_in[0].src : NULL;
+    void *y_host = place_y || (zc && whole_out) ? b->dma_out[0].dst : NULL;
     const double t_submit = now_us();
     TRY(ce, s->dev, err, cudaSetDevice(s->ordinal));
     (void)cudaGetLastError(); /* a non-sticky error left on this thread is not this batch's */
@@ -491,12 +539,12 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
     if (!zc) {
         cudaError_t ec = cudaEventRecord(s->c0, s->stream);
         if (ec == cudaSuccess)
-            ec = copy_pieces(s->stream, s->d_in, s->h_in, in_end, b->dma_in, b->ndma_in,
+            ec = copy_pieces(s->stream, s->d_in, s->h_in, in_begin, in_end, pin, npin,
                              cudaMemcpyHostToDevice);
         if (ec != cudaSuccess)
             st = cuda_fail(ce, s->dev, ec, "cudaMemcpyAsync(H2D)", &kerr);
     }
-    b->h2d_bytes = in_end;
+    b->h2d_bytes = in_end - in_begin - device_bytes(pin, npin);
 
     cudaError_t e0 = st == ND_OK ? cudaEventRecord(s->k0, s->stream) : cudaSuccess;
     if (e0 != cudaSuccess)
@@ -508,17 +556,18 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
         if (e1 != cudaSuccess)
             st = cuda_fail(ce, s->dev, e1, "cudaEventRecord", &kerr);
     }
+    const size_t out_moved = out_end - out_begin - device_bytes(pout, npout);
     if (st == ND_OK && zc_out)
-        b->d2h_bytes = out_end;
+        b->d2h_bytes = out_moved;
     else if (st == ND_OK) {
-        cudaError_t e2 = copy_pieces(s->stream, s->h_out, s->d_out, out_end, b->dma_out,
-                                     b->ndma_out, cudaMemcpyDeviceToHost);
+        cudaError_t e2 = copy_pieces(s->stream, s->h_out, s->d_out, out_begin, out_end, pout,
+                                     npout, cudaMemcpyDeviceToHost);
         if (e2 == cudaSuccess)
             e2 = cudaEventRecord(s->c1, s->stream);
         if (e2 != cudaSuccess)
             st = cuda_fail(ce, s->dev, e2, "cudaMemcpyAsync(D2H)", &kerr);
         else
-            b->d2h_bytes = out_end;
+            b->d2h_bytes = out_moved;
     }
     const int by_word = st == ND_OK && queue_done_word(ce, s);
     b->submit_s = (now_us() - t_submit) * 1e-6;
@@ -673,6 +722,77 @@ static void cuda_host_unregister(nd_engine *e, void *p)
         (void)cudaGetLastError(); /* a lost device: nothing left to undo */
 }
 
+/* ---- CUDA shared memory (another process's device memory, by IPC handle) ---- */
+
+static int cuda_ipc_open(nd_engine *e, const void *handle, size_t handle_len, int64_t device_id,
+                         void **ptr, uint64_t *bytes, int *dev, nd_error *err)
+{
+    cuda_engine *ce = (cuda_engine *)e;
+    if (atomic_load(&ce->broken))
+        return nd_proto_fail(err, 503, "the CUDA context is lost: %s", ce->broken_msg);
+    if (handle_len != sizeof(cudaIpcMemHandle_t))
+        return nd_proto_fail(err, 400, "raw_handle: expected the %zu bytes of a "
+                                       "cudaIpcMemHandle_t, got %zu",
+                             sizeof(cudaIpcMemHandle_t), handle_len);
+    int d = 0;
+    while (d < e->ndevices && ce->ordinal[d] != device_id)
+        d++;
+    if (d == e->ndevices) {
+        char list[ND_MAX_DEVICES * 8] = "";
+        for (int k = 0, n = 0; k < e->ndevices; k++)
+            n += snprintf(list + n, sizeof list - (size_t)n, "%s%d", k ? ", " : "",
+                          ce->ordinal[k]);
+        return nd_proto_fail(err, 400, "device_id %lld: normd runs on CUDA device%s %s",
+                             (long long)device_id, e->ndevices > 1 ? "s" : "", list);
+    }
+    if (!ce->address_range)
+        return nd_proto_fail(err, 400, "this CUDA driver has no cuMemGetAddressRange, so the "
+                                       "size of a region's allocation cannot be checked");
+    cudaIpcMemHandle_t h;
+    memcpy(&h, handle, sizeof h);
+    void *p = NULL;
+    cudaError_t r = cudaSetDevice(ce->ordinal[d]);
+    if (r == cudaSuccess)
+        r = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (r != cudaSuccess) {
+        (void)cudaGetLastError();
+        return nd_proto_fail(err, 400, "raw_handle: CUDA device %lld cannot open it: %s (it "
+                                       "must come from cudaIpcGetMemHandle in another process "
+                                       "on this machine, for memory that is still allocated)",
+                             (long long)device_id, cudaGetErrorString(r));
+    }
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (ce->address_range(&base, &size, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS) {
+        cudaIpcCloseMemHandle(p);
+        (void)cudaGetLastError();
+        return nd_proto_fail(err, 400, "raw_handle: the size of its allocation is unknown");
+    }
+    *ptr = p;
+    *bytes = (uint64_t)(base + size - (CUdeviceptr)(uintptr_t)p);
+    *dev = d;
+    return 0;
+}
+
+static void cuda_ipc_close(nd_engine *e, void *ptr, int dev)
+{
+    cuda_engine *ce = (cuda_engine *)e;
+    if (cudaSetDevice(ce->ordinal[dev]) != cudaSuccess || cudaIpcCloseMemHandle(ptr) != cudaSuccess)
+        (void)cudaGetLastError(); /* a lost device: nothing left to undo */
+}
+
+static nd_status cuda_copy(nd_engine *e, int dev, void *dst, const void *src, size_t n,
+                           nd_error *err)
+{
+    cuda_engine *ce = (cuda_engine *)e;
+    if (atomic_load(&ce->broken))
+        return refuse_broken(ce, err);
+    TRY(ce, dev, err, cudaSetDevice(ce->ordinal[dev]));
+    /* Synchronous, on the legacy stream, which the non-blocking slot streams do not wait for. */
+    TRY(ce, dev, err, cudaMemcpy(dst, src, n, cudaMemcpyDefault));
+    return ND_OK;
+}
+
 static int cuda_broken(nd_engine *e)
 {
     return atomic_load(&((cuda_engine *)e)->broken);
@@ -713,6 +833,9 @@ static const nd_engine_vt cuda_vt = {
     .param_detach = cuda_param_detach,
     .host_register = cuda_host_register,
     .host_unregister = cuda_host_unregister,
+    .ipc_open = cuda_ipc_open,
+    .ipc_close = cuda_ipc_close,
+    .copy = cuda_copy,
     .broken = cuda_broken,
     .destroy = cuda_destroy,
 };
@@ -813,6 +936,13 @@ nd_engine *nd_engine_cuda_create(const nd_config *cfg, nd_error *err)
                                          &q) == cudaSuccess &&
         q == cudaDriverEntryPointSuccess && fn)
         ce->write_value32 = (write_value32_fn)fn;
+    (void)cudaGetLastError();
+    /* And cuMemGetAddressRange, to check that a CUDA shared memory region fits its allocation. */
+    fn = NULL;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                         &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess && fn)
+        ce->address_range = (address_range_fn)fn;
     (void)cudaGetLastError();
     if (ce->verbose >= 2)
         fprintf(stderr, "normd: batch completion: %s\n",

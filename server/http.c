@@ -532,6 +532,8 @@ static void request_completed(void *cls, struct MHD_Connection *mc, void **con_c
         nd_params_release(s->params, c->job.pset);
     for (int k = 0; k < c->nshm_held; k++)
         nd_shm_release(s->shm, c->shm_held[k]);
+    for (int k = 0; k < ND_V2_IN_COUNT; k++)
+        free(c->param_copy[k]);
     nd_request_free(&c->job.req);
     nd_v2_request_free(&c->v2);
     nd_job_free_y(&c->job);
@@ -557,6 +559,19 @@ static void shm_unpin(void *engine, void *p)
 {
     nd_engine *e = engine;
     e->vt->host_unregister(e, p);
+}
+
+static int shm_ipc_open(void *engine, const void *handle, size_t handle_len, int64_t device_id,
+                        void **ptr, uint64_t *bytes, int *dev, nd_error *err)
+{
+    nd_engine *e = engine;
+    return e->vt->ipc_open(e, handle, handle_len, device_id, ptr, bytes, dev, err);
+}
+
+static void shm_ipc_close(void *engine, void *ptr, int dev)
+{
+    nd_engine *e = engine;
+    e->vt->ipc_close(e, ptr, dev);
 }
 
 static void connection_notify(void *cls, struct MHD_Connection *mc, void **socket_context,
@@ -725,8 +740,11 @@ nd_server *nd_server_start(const nd_config *cfg, nd_error *err)
     if (cfg->allow_client_shm) {
         /* regions are offered to the engine, so that its device copies from and to them */
         const nd_shm_pinner pinner = {s->engine, shm_pin, shm_unpin};
+        /* and CUDA regions are opened by it, when it can */
+        const nd_shm_device device = {s->engine, shm_ipc_open, shm_ipc_close};
         s->shm = nd_shm_create(cfg->max_shm_regions,
-                               s->engine->vt->host_register ? &pinner : NULL);
+                               s->engine->vt->host_register ? &pinner : NULL,
+                               s->engine->vt->ipc_open ? &device : NULL);
         if (!s->shm) {
             nd_error_set(err, ND_ENOMEM, "out of memory");
             goto fail;

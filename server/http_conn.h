@@ -87,6 +87,7 @@ typedef struct conn {
     int metrics_op;     /* nd_op or ND_METRICS_OP_OTHER */
     char name[ND_PARAMS_NAME_MAX + 1]; /* a parameter set's, or a shared memory region's */
     int has_name;       /* R_V2_SHM_*: the URL names a region (name_bad: one that cannot be) */
+    nd_shm_kind shm_kind; /* R_V2_SHM_*: /v2/systemsharedmemory or /v2/cudasharedmemory */
     int name_bad;
     double t_start;
     char *body;
@@ -107,6 +108,8 @@ typedef struct conn {
     nd_shm_region *shm_held[ND_V2_IN_COUNT + ND_V2_OUT_COUNT];
     int nshm_held;
     void *shm_out[ND_V2_OUT_COUNT];
+    int shm_out_device[ND_V2_OUT_COUNT]; /* 0: shm_out[k] is host memory; d + 1: device d's */
+    void *param_copy[ND_V2_IN_COUNT]; /* host copies of parameters in CUDA regions (malloc'ed) */
     nd_job job;
     _Atomic int state;  /* job_state */
     int counted;        /* counted in srv->jobs_open */

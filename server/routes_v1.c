@@ -232,9 +232,10 @@ static enum MHD_Result handle_params(conn *c, const char *method)
 static int append_server_gauges(nd_server *s, char **text, size_t *len)
 {
     char *more = NULL;
-    int shm_regions;
-    uint64_t shm_bytes, shm_pinned;
-    nd_shm_stats(s->shm, &shm_regions, &shm_bytes, &shm_pinned);
+    int shm_regions, cuda_regions;
+    uint64_t shm_bytes, shm_pinned, cuda_bytes, cuda_pinned;
+    nd_shm_stats(s->shm, ND_SHM_SYSTEM, &shm_regions, &shm_bytes, &shm_pinned);
+    nd_shm_stats(s->shm, ND_SHM_CUDA, &cuda_regions, &cuda_bytes, &cuda_pinned);
     int n = asprintf(
         &more,
         "# HELP normd_connections_open Client connections open.\n"
@@ -267,11 +268,19 @@ static int append_server_gauges(nd_server *s, char **text, size_t *len)
         "region they used shrank while they were in flight (the region is refused until it is "
         "registered again).\n"
         "# TYPE normd_shm_shrunk_requests_total counter\n"
-        "normd_shm_shrunk_requests_total %lld\n",
+        "normd_shm_shrunk_requests_total %lld\n"
+        "# HELP normd_cuda_shm_regions CUDA shared memory regions registered (device memory of "
+        "other processes, opened by IPC handle).\n"
+        "# TYPE normd_cuda_shm_regions gauge\n"
+        "normd_cuda_shm_regions %d\n"
+        "# HELP normd_cuda_shm_bytes Bytes of the registered CUDA shared memory regions.\n"
+        "# TYPE normd_cuda_shm_bytes gauge\n"
+        "normd_cuda_shm_bytes %llu\n",
         atomic_load(&s->connections), atomic_load(&s->requests_open),
         atomic_load(&s->jobs_open), (long long)atomic_load(&s->inflight_bytes),
         s->cfg.max_inflight_bytes, shm_regions, (unsigned long long)shm_bytes,
-        (unsigned long long)shm_pinned, (long long)atomic_load(&s->shm_shrunk));
+        (unsigned long long)shm_pinned, (long long)atomic_load(&s->shm_shrunk), cuda_regions,
+        (unsigned long long)cuda_bytes);
     char *grown = n < 0 ? NULL : realloc(*text, *len + (size_t)n + 1);
     if (!grown) {
         if (n >= 0)

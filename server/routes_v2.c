@@ -12,13 +12,19 @@
  *   GET  /v2/systemsharedmemory[/region/{name}]/status      the shared memory extension
  *   POST /v2/systemsharedmemory/region/{name}/register     (with --allow-client-shm)
  *   POST /v2/systemsharedmemory[/region/{name}]/unregister
+ *   GET  /v2/cudasharedmemory[/region/{name}]/status        the CUDA shared memory extension
+ *   POST /v2/cudasharedmemory/region/{name}/register       (with --allow-client-shm and the
+ *   POST /v2/cudasharedmemory[/region/{name}]/unregister    cuda backend)
  *
  * An inference request becomes the same nd_request a /v1 request does and joins the same batches.
  * A tensor in shared memory is read by the batcher straight from the region (as a binary tensor
  * is from the body), and y is scattered straight into its region: such a request's tensors cross
  * no socket and are copied once each way, into the batch and out of it; with the cuda engine a
  * large one is not copied by the host at all (its region is pinned, and the GPU's copy engines
- * move it: --cuda-shm-dma-bytes).
+ * move it: --cuda-shm-dma-bytes). A tensor in a CUDA region (device memory another process
+ * exported with cudaIpcGetMemHandle) never reaches the host at all: the kernel reads and writes
+ * it on the device; only the small inline parameters and statistics are copied, at bind and at
+ * answer.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -46,10 +52,11 @@ static int only_post(conn *c, const char *method)
     return strcmp(method, "POST") ? 405 : 0;
 }
 
-/* /v2/systemsharedmemory/ + rest: status, unregister, or region/{name}/ + status, register or
- * unregister */
-static int shm_route(conn *c, const char *rest, const char *method)
+/* /v2/{system,cuda}sharedmemory/ + rest: status, unregister, or region/{name}/ + status,
+ * register or unregister */
+static int shm_route(conn *c, const char *rest, const char *method, nd_shm_kind kind)
 {
+    c->shm_kind = kind;
     if (!strncmp(rest, "region/", 7)) {
         rest += 7;
         size_t n = strcspn(rest, "/");
@@ -100,7 +107,9 @@ int nd_v2_route(conn *c, const char *url, const char *method)
         return only_get(c, method);
     }
     if (!strncmp(url, "/v2/systemsharedmemory/", 23))
-        return shm_route(c, url + 23, method);
+        return shm_route(c, url + 23, method, ND_SHM_SYSTEM);
+    if (!strncmp(url, "/v2/cudasharedmemory/", 21))
+        return shm_route(c, url + 21, method, ND_SHM_CUDA);
     if (strncmp(url, "/v2/models/", 11))
         return 404;
     /* {op}[/versions/1][/ready|/config|/stats|/infer] */
@@ -177,17 +186,36 @@ static int bind_shm(conn *c, nd_error *err)
     nd_request *req = &c->job.req;
     int st = 0;
     if (!s->shm) {
-        snprintf(err->msg, sizeof err->msg, "a tensor names a shared memory region, but system "
-                 "shared memory is off (start normd with --allow-client-shm)");
+        snprintf(err->msg, sizeof err->msg, "a tensor names a shared memory region, but shared "
+                 "memory is off (start normd with --allow-client-shm)");
         return 400;
     }
     const void **in[ND_V2_IN_COUNT] = {&req->x, &req->gamma, &req->beta, &req->alpha};
     for (int k = 0; k < ND_V2_IN_COUNT; k++) {
         const nd_v2_shm_ref *ref = &c->v2.in_shm[k];
-        if (ref->region[0] && !(*in[k] = hold_shm(c, ref, ref->byte_size, "inputs", &st, err)))
+        if (!ref->region[0])
+            continue;
+        if (!(*in[k] = hold_shm(c, ref, ref->byte_size, "inputs", &st, err)))
             return st;
-        if (ref->region[0] && k == ND_V2_IN_X)
-            c->job.x_pinned = nd_shm_region_pinned(c->shm_held[c->nshm_held - 1]);
+        const nd_shm_region *g = c->shm_held[c->nshm_held - 1];
+        const int dev = nd_shm_region_device(g);
+        if (k == ND_V2_IN_X) {
+            c->job.x_pinned = nd_shm_region_pinned(g);
+            c->job.x_device = dev + 1;
+        } else if (dev >= 0) {
+            /* A parameter in device memory: the batcher compares and packs parameters on the
+             * host, so bring this one's few bytes over now. */
+            void *copy = malloc(ref->byte_size ? ref->byte_size : 1);
+            if (!copy) {
+                snprintf(err->msg, sizeof err->msg, "out of memory");
+                return 500;
+            }
+            c->param_copy[k] = copy;
+            nd_engine *e = s->engine;
+            if (e->vt->copy(e, dev, copy, *in[k], ref->byte_size, err) != ND_OK)
+                return 500;
+            *in[k] = copy;
+        }
     }
     for (int k = 0; k < ND_V2_OUT_COUNT; k++) {
         const nd_v2_shm_ref *ref = &c->v2.out_shm[k];
@@ -196,8 +224,12 @@ static int bind_shm(conn *c, nd_error *err)
         const uint64_t bytes = nd_v2_output_bytes(req, k);
         if (!(c->shm_out[k] = hold_shm(c, ref, bytes, "outputs", &st, err)))
             return st;
-        if (k == ND_V2_OUT_Y)
-            c->job.y_pinned = nd_shm_region_pinned(c->shm_held[c->nshm_held - 1]);
+        const nd_shm_region *g = c->shm_held[c->nshm_held - 1];
+        c->shm_out_device[k] = nd_shm_region_device(g) + 1;
+        if (k == ND_V2_OUT_Y) {
+            c->job.y_pinned = nd_shm_region_pinned(g);
+            c->job.y_device = c->shm_out_device[k];
+        }
     }
     c->job.y_dst = c->shm_out[ND_V2_OUT_Y];
     /* The byte budget charges a request for the memory it makes the daemon hold (the body, the
@@ -254,9 +286,19 @@ enum MHD_Result nd_v2_send_result(conn *c)
     r.req = j->req;
     /* y is in its region already (the batcher put it there); the statistics are small */
     const float *stats[ND_V2_OUT_COUNT] = {NULL, j->mean, j->rstd};
-    for (int k = ND_V2_OUT_MEAN; k < ND_V2_OUT_COUNT; k++)
-        if (c->shm_out[k] && stats[k])
-            memcpy(c->shm_out[k], stats[k], nd_v2_output_bytes(&r.req, k));
+    for (int k = ND_V2_OUT_MEAN; k < ND_V2_OUT_COUNT; k++) {
+        if (!c->shm_out[k] || !stats[k])
+            continue;
+        const size_t n = nd_v2_output_bytes(&r.req, k);
+        nd_engine *e = c->srv->engine;
+        nd_error err = {{0}};
+        if (!c->shm_out_device[k])
+            memcpy(c->shm_out[k], stats[k], n);
+        else if (e->vt->copy(e, c->shm_out_device[k] - 1, c->shm_out[k], stats[k], n, &err) !=
+                 ND_OK)
+            return nd_conn_send_error(c, 500, "writing %s to its CUDA shared memory region: "
+                                      "%s", k == ND_V2_OUT_MEAN ? "mean" : "rstd", err.msg);
+    }
     /* Every access to the request's regions is behind us: if the object of one of them shrank
      * meanwhile (shm.c's SIGBUS guard put zero pages where the CPU met lost ones; the device's
      * copies wrote to pages the object no longer has), what was read or written is not the
@@ -365,12 +407,37 @@ static enum MHD_Result shm_register(conn *c)
     return nd_conn_send_buffer(c, 200, "application/json", "{}", 2, 0);
 }
 
+/* POST /v2/cudasharedmemory/region/{name}/register
+ * {"raw_handle": {"b64": "..."}, "device_id": 0, "byte_size": N} */
+static enum MHD_Result cuda_shm_register(conn *c)
+{
+    nd_error err = {{0}};
+    unsigned char handle[128]; /* a cudaIpcMemHandle_t is 64; the engine checks the length */
+    size_t handle_len = 0;
+    int64_t device_id = 0;
+    uint64_t size = 0;
+    int st = nd_v2_parse_cuda_register(c->body ? c->body : "", c->len, handle, sizeof handle,
+                                       &handle_len, &device_id, &size, &err);
+    if (!st)
+        st = nd_shm_register_cuda(c->srv->shm, c->name, handle, handle_len, device_id, size,
+                                  &err);
+    if (st)
+        return nd_conn_send_error(c, st, "register \"%s\": %s", c->name, err.msg);
+    if (c->srv->cfg.verbose >= 1)
+        fprintf(stderr, "normd: CUDA shared memory region \"%s\" registered (%llu bytes on "
+                        "device %lld)\n", c->name, (unsigned long long)size,
+                (long long)device_id);
+    return nd_conn_send_buffer(c, 200, "application/json", "{}", 2, 0);
+}
+
 static enum MHD_Result shm_handle(conn *c)
 {
     nd_shm *shm = c->srv->shm;
+    const nd_shm_kind kind = c->shm_kind;
     if (!shm)
-        return nd_conn_send_error(c, 400, "system shared memory is off (start normd with "
-                                          "--allow-client-shm)");
+        return nd_conn_send_error(c, 400, "%s shared memory is off (start normd with "
+                                          "--allow-client-shm)",
+                                  kind == ND_SHM_CUDA ? "CUDA" : "system");
     if (c->has_name && c->name_bad)
         return nd_conn_send_error(c, 400, "region name: 1 to %d letters, digits, '.', '_' or "
                                           "'-'", ND_V2_SHM_NAME_MAX - 1);
@@ -379,17 +446,18 @@ static enum MHD_Result shm_handle(conn *c)
     case R_V2_SHM_STATUS: {
         nd_error err = {{0}};
         int st = 0;
-        char *json = nd_shm_status_json(shm, name, &st, &err);
+        char *json = nd_shm_status_json(shm, kind, name, &st, &err);
         if (st != 200)
             return nd_conn_send_error(c, st, "%s", err.msg);
         return nd_conn_send_json(c, 200, json);
     }
     case R_V2_SHM_REGISTER:
-        return shm_register(c);
+        return kind == ND_SHM_CUDA ? cuda_shm_register(c) : shm_register(c);
     default: {
-        int n = nd_shm_unregister(shm, name);
+        int n = nd_shm_unregister(shm, kind, name);
         if (n && c->srv->cfg.verbose >= 1)
-            fprintf(stderr, "normd: %d shared memory region(s) unregistered\n", n);
+            fprintf(stderr, "normd: %d %s shared memory region(s) unregistered\n", n,
+                    kind == ND_SHM_CUDA ? "CUDA" : "system");
         return nd_conn_send_buffer(c, 200, "application/json", "{}", 2, 0);
     }
     }
@@ -411,7 +479,8 @@ enum MHD_Result nd_v2_handle(conn *c, const char *method)
     switch (c->route) {
     case R_V2_SERVER:
         return nd_conn_send_json(c, 200,
-                                 nd_v2_server_metadata_json(ND_VERSION_STRING, s->shm != NULL));
+                                 nd_v2_server_metadata_json(ND_VERSION_STRING, s->shm != NULL,
+                                                            s->shm && s->engine->vt->ipc_open));
     case R_V2_LIVE:
         return send_health(c, !nd_server_broken(s), why);
     case R_V2_READY:

@@ -1,5 +1,5 @@
 /*
- * shm.c - registered system shared memory regions (shm.h).
+ * shm.c - registered shared memory regions, system and CUDA (shm.h).
  *
  * The table is a short list (at most --max-shm-regions) under one lock. A region carries a
  * reference count: one for being registered, one for each request that holds it. Unregistering
@@ -34,8 +34,16 @@
 
 struct nd_shm_region {
     char name[ND_V2_SHM_NAME_MAX];
+    nd_shm_kind kind;
+    uint64_t byte_size;         /* the region's bytes, as registered */
+    /* ND_SHM_CUDA: the allocation the IPC handle names, as the opener mapped it */
+    int64_t device_id;          /* as registered (the CUDA ordinal) */
+    int dev;                    /* the opener's index of that device */
+    void *dptr;                 /* the device pointer to the region's first byte */
+    const nd_shm_device *device;
+    /* ND_SHM_SYSTEM: the window of an object */
     char key[ND_SHM_KEY_MAX];
-    uint64_t offset, byte_size; /* the window of the object, as registered */
+    uint64_t offset;            /* the window's start in the object, as registered */
     int fd;                     /* kept open to check the object's size at every use */
     void *map;                  /* the mapping: from offset rounded down to a page */
     size_t map_len;
@@ -52,6 +60,7 @@ struct nd_shm {
     nd_shm_region *head;
     int count, max;
     nd_shm_pinner pinner; /* pin NULL: none */
+    nd_shm_device device; /* open NULL: CUDA regions are refused */
 };
 
 /* ---- the SIGBUS guard (see the top of this file) ---- */
@@ -156,7 +165,8 @@ static int key_ok(const char *key)
            strcmp(k, "..");
 }
 
-nd_shm *nd_shm_create(int max_regions, const nd_shm_pinner *pinner)
+nd_shm *nd_shm_create(int max_regions, const nd_shm_pinner *pinner,
+                      const nd_shm_device *device)
 {
     pthread_once(&guard_once, guard_install);
     nd_shm *r = calloc(1, sizeof *r);
@@ -166,11 +176,18 @@ nd_shm *nd_shm_create(int max_regions, const nd_shm_pinner *pinner)
     r->max = max_regions;
     if (pinner)
         r->pinner = *pinner;
+    if (device)
+        r->device = *device;
     return r;
 }
 
 static void region_free(nd_shm_region *g)
 {
+    if (g->kind == ND_SHM_CUDA) {
+        g->device->close(g->device->ctx, g->dptr, g->dev);
+        free(g);
+        return;
+    }
     if (g->pinned)
         g->pinner->unpin(g->pinner->ctx, g->map);
     guard_drop(g->guard);
@@ -197,6 +214,29 @@ static nd_shm_region *find(nd_shm *r, const char *name)
         if (!strcmp(g->name, name))
             return g;
     return NULL;
+}
+
+/* Lists a region made by a register call, or frees it when its name is taken (by a region of
+ * either kind: the names are one namespace, as in Triton) or the table is full. */
+static int list(nd_shm *r, nd_shm_region *g, nd_error *err)
+{
+    pthread_mutex_lock(&r->lock);
+    int st_code = 0;
+    if (find(r, g->name))
+        st_code = nd_proto_fail(err, 400, "region \"%s\" is already registered; unregister it "
+                                          "first", g->name);
+    else if (r->count >= r->max)
+        st_code = nd_proto_fail(err, 507, "%d regions are registered, the most allowed "
+                                          "(--max-shm-regions); unregister one first", r->count);
+    else {
+        g->next = r->head;
+        r->head = g;
+        r->count++;
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (st_code)
+        region_free(g);
+    return st_code;
 }
 
 int nd_shm_register(nd_shm *r, const char *name, const char *key, uint64_t offset,
@@ -257,6 +297,8 @@ int nd_shm_register(nd_shm *r, const char *name, const char *key, uint64_t offse
     }
     g->guard = slot;
     snprintf(g->name, sizeof g->name, "%s", name);
+    g->kind = ND_SHM_SYSTEM;
+    g->dev = -1;
     snprintf(g->key, sizeof g->key, "%s", key);
     g->offset = offset;
     g->byte_size = byte_size;
@@ -269,24 +311,53 @@ int nd_shm_register(nd_shm *r, const char *name, const char *key, uint64_t offse
     /* Offered before the region is listed, so that no request sees it half made; one the pinner
      * turns down is still served, through the staging. */
     g->pinned = r->pinner.pin && r->pinner.pin(r->pinner.ctx, map, map_len) == 0;
+    return list(r, g, err);
+}
 
-    pthread_mutex_lock(&r->lock);
-    int st_code = 0;
-    if (find(r, name))
-        st_code = nd_proto_fail(err, 400, "region \"%s\" is already registered; unregister it "
-                                          "first", name);
-    else if (r->count >= r->max)
-        st_code = nd_proto_fail(err, 507, "%d regions are registered, the most allowed "
-                                          "(--max-shm-regions); unregister one first", r->count);
-    else {
-        g->next = r->head;
-        r->head = g;
-        r->count++;
+int nd_shm_register_cuda(nd_shm *r, const char *name, const void *handle, size_t handle_len,
+                         int64_t device_id, uint64_t byte_size, nd_error *err)
+{
+    if (!nd_name_ok(name, strlen(name)))
+        return nd_proto_fail(err, 400, "region name: 1 to %d letters, digits, '.', '_' or '-'",
+                             ND_V2_SHM_NAME_MAX - 1);
+    if (!r->device.open)
+        return nd_proto_fail(err, 400, "CUDA shared memory needs the cuda backend; this normd "
+                                       "runs without a CUDA device (use system shared memory)");
+    if (byte_size == 0)
+        return nd_proto_fail(err, 400, "byte_size: must be at least 1");
+    if (byte_size > (uint64_t)INT64_MAX)
+        return nd_proto_fail(err, 400, "byte_size: past 2^63");
+    /* Opening a handle twice under two names is the opener's business (CUDA counts the
+     * openings of one allocation); the name is checked once, when the region is listed. */
+    void *dptr = NULL;
+    uint64_t alloc_bytes = 0;
+    int dev = -1;
+    int st = r->device.open(r->device.ctx, handle, handle_len, device_id, &dptr, &alloc_bytes,
+                            &dev, err);
+    if (st)
+        return st;
+    if (alloc_bytes < byte_size) {
+        r->device.close(r->device.ctx, dptr, dev);
+        return nd_proto_fail(err, 400, "byte_size %llu: the allocation the handle names holds "
+                                       "%llu bytes from its start",
+                             (unsigned long long)byte_size, (unsigned long long)alloc_bytes);
     }
-    pthread_mutex_unlock(&r->lock);
-    if (st_code)
-        region_free(g);
-    return st_code;
+    nd_shm_region *g = calloc(1, sizeof *g);
+    if (!g) {
+        r->device.close(r->device.ctx, dptr, dev);
+        return nd_proto_fail(err, 500, "out of memory");
+    }
+    snprintf(g->name, sizeof g->name, "%s", name);
+    g->kind = ND_SHM_CUDA;
+    g->byte_size = byte_size;
+    g->device_id = device_id;
+    g->dev = dev;
+    g->dptr = dptr;
+    g->device = &r->device;
+    g->fd = -1;
+    g->guard = -1;
+    g->refs = 1;
+    return list(r, g, err);
 }
 
 /* Drops one reference; the caller holds the lock. Returns the region when that was the last
@@ -296,14 +367,14 @@ static nd_shm_region *unref(nd_shm_region *g)
     return --g->refs == 0 ? g : NULL;
 }
 
-int nd_shm_unregister(nd_shm *r, const char *name)
+int nd_shm_unregister(nd_shm *r, nd_shm_kind kind, const char *name)
 {
     nd_shm_region *dead = NULL;
     int n = 0;
     pthread_mutex_lock(&r->lock);
     for (nd_shm_region **pp = &r->head; *pp;) {
         nd_shm_region *g = *pp;
-        if (name && strcmp(g->name, name)) {
+        if (g->kind != kind || (name && strcmp(g->name, name))) {
             pp = &g->next;
             continue;
         }
@@ -323,7 +394,8 @@ int nd_shm_unregister(nd_shm *r, const char *name)
     return n;
 }
 
-char *nd_shm_status_json(nd_shm *r, const char *name, int *status, nd_error *err)
+char *nd_shm_status_json(nd_shm *r, nd_shm_kind kind, const char *name, int *status,
+                         nd_error *err)
 {
     *status = 200;
     json_t *arr = json_array();
@@ -332,18 +404,23 @@ char *nd_shm_status_json(nd_shm *r, const char *name, int *status, nd_error *err
     int found = 0, oom = 0;
     pthread_mutex_lock(&r->lock);
     for (nd_shm_region *g = r->head; g && !oom; g = g->next) {
-        if (name && strcmp(g->name, name))
+        if (g->kind != kind || (name && strcmp(g->name, name)))
             continue;
         found++;
-        oom = json_array_append_new(
-                  arr, json_pack("{s:s, s:s, s:I, s:I}", "name", g->name, "key", g->key,
-                                 "offset", (json_int_t)g->offset, "byte_size",
-                                 (json_int_t)g->byte_size)) != 0;
+        json_t *o = kind == ND_SHM_CUDA
+                        ? json_pack("{s:s, s:I, s:I}", "name", g->name, "device_id",
+                                    (json_int_t)g->device_id, "byte_size",
+                                    (json_int_t)g->byte_size)
+                        : json_pack("{s:s, s:s, s:I, s:I}", "name", g->name, "key", g->key,
+                                    "offset", (json_int_t)g->offset, "byte_size",
+                                    (json_int_t)g->byte_size);
+        oom = json_array_append_new(arr, o) != 0;
     }
     pthread_mutex_unlock(&r->lock);
     if (name && !found && !oom) {
         json_decref(arr);
-        *status = nd_proto_fail(err, 400, "no system shared memory region named \"%s\"", name);
+        *status = nd_proto_fail(err, 400, "no %s shared memory region named \"%s\"",
+                                kind == ND_SHM_CUDA ? "CUDA" : "system", name);
         return NULL;
     }
     char *s = oom ? NULL : json_dumps(arr, JSON_COMPACT);
@@ -358,16 +435,21 @@ nd_shm_region *nd_shm_acquire(nd_shm *r, const char *name, uint64_t offset, uint
     nd_shm_region *g = find(r, name);
     struct stat st = {0};
     if (!g)
-        *status = nd_proto_fail(err, 400, "no system shared memory region named \"%s\" "
-                                          "(register it with POST "
-                                          "/v2/systemsharedmemory/region/%s/register)",
-                                name, name);
+        *status = nd_proto_fail(err, 400, "no shared memory region named \"%s\" (register it "
+                                          "with POST /v2/systemsharedmemory/region/%s/register "
+                                          "or /v2/cudasharedmemory/region/%s/register)",
+                                name, name, name);
     else if (offset > g->byte_size || bytes > g->byte_size - offset)
         *status = nd_proto_fail(err, 400, "offset %llu + %llu bytes run past region \"%s\" of "
                                           "%llu bytes",
                                 (unsigned long long)offset, (unsigned long long)bytes, name,
                                 (unsigned long long)g->byte_size);
-    else if (atomic_load(&guard_slots[g->guard].faulted))
+    else if (g->kind == ND_SHM_CUDA) {
+        g->refs++;
+        *ptr = (char *)g->dptr + offset;
+        pthread_mutex_unlock(&r->lock);
+        return g;
+    } else if (atomic_load(&guard_slots[g->guard].faulted))
         *status = nd_proto_fail(err, 400, "region \"%s\": its object \"%s\" shrank while a "
                                           "request was using it; unregister the region and "
                                           "register it again",
@@ -402,9 +484,16 @@ int nd_shm_region_pinned(const nd_shm_region *region)
     return region->pinned;
 }
 
+int nd_shm_region_device(const nd_shm_region *region)
+{
+    return region->kind == ND_SHM_CUDA ? region->dev : -1;
+}
+
 int nd_shm_region_lost(const nd_shm_region *region)
 {
     struct stat st;
+    if (region->kind == ND_SHM_CUDA)
+        return 0; /* device memory does not shrink under a mapping that holds it */
     return atomic_load(&guard_slots[region->guard].faulted) || object_short(region, &st);
 }
 
@@ -413,7 +502,8 @@ const char *nd_shm_region_name(const nd_shm_region *region)
     return region->name;
 }
 
-void nd_shm_stats(nd_shm *r, int *regions, uint64_t *bytes, uint64_t *pinned_bytes)
+void nd_shm_stats(nd_shm *r, nd_shm_kind kind, int *regions, uint64_t *bytes,
+                  uint64_t *pinned_bytes)
 {
     *regions = 0;
     *bytes = *pinned_bytes = 0;
@@ -421,6 +511,8 @@ void nd_shm_stats(nd_shm *r, int *regions, uint64_t *bytes, uint64_t *pinned_byt
         return;
     pthread_mutex_lock(&r->lock);
     for (const nd_shm_region *g = r->head; g; g = g->next) {
+        if (g->kind != kind)
+            continue;
         (*regions)++;
         *bytes += g->byte_size;
         if (g->pinned)

@@ -817,7 +817,7 @@ Test(v2_configured, tensors_in_shared_memory, .init = start_shm, .fini = stop_sh
     check_shm_answer(&c[0], &f[0].r, out.p + 4096 + yo[0]);
     nd_resp_free(&f[0].r);
     infer_raw("layernorm", json[0], NULL, 0, "", NULL, &r);
-    expect_error(&r, 400, "outputs[0].parameters.shared_memory_region: no system shared memory "
+    expect_error(&r, 400, "outputs[0].parameters.shared_memory_region: no shared memory "
                           "region named \\\"out\\\"");
     nd_resp_free(&r);
 
@@ -963,3 +963,272 @@ Test(v2_configured, an_object_shrunk_under_a_request, .init = start_shm, .fini =
     shm_drop(&in);
     shm_drop(&out);
 }
+
+/* ---- CUDA shared memory ---- */
+
+static int on_cuda(void)
+{
+    const char *b = getenv("NORMD_BACKEND");
+    return b && !strcmp(b, "cuda");
+}
+
+/* The JSON of a layernorm request whose x, gamma, beta lie in region "gin" at xo, go, bo, whose
+ * y goes to region "gout" at yo and, when mo (ro) is not negative, its mean (rstd) to "gout" at
+ * mo (ro). */
+static void ln_gpu_json(const ln_case *c, size_t xo, size_t go, size_t bo, size_t yo, long mo,
+                        long ro, char *buf, size_t size)
+{
+    const size_t xb = (size_t)c->rows * c->cols * 2, pb = (size_t)c->cols * 2;
+    int n = snprintf(buf, size,
+                     "{\"inputs\":["
+                     "{\"name\":\"x\",\"shape\":[%d,%d],\"datatype\":\"FP16\",\"parameters\":{"
+                     "\"shared_memory_region\":\"gin\",\"shared_memory_offset\":%zu,"
+                     "\"shared_memory_byte_size\":%zu}},"
+                     "{\"name\":\"gamma\",\"shape\":[%d],\"datatype\":\"FP16\",\"parameters\":{"
+                     "\"shared_memory_region\":\"gin\",\"shared_memory_offset\":%zu,"
+                     "\"shared_memory_byte_size\":%zu}},"
+                     "{\"name\":\"beta\",\"shape\":[%d],\"datatype\":\"FP16\",\"parameters\":{"
+                     "\"shared_memory_region\":\"gin\",\"shared_memory_offset\":%zu,"
+                     "\"shared_memory_byte_size\":%zu}}],"
+                     "\"outputs\":[{\"name\":\"y\",\"parameters\":{\"shared_memory_region\":"
+                     "\"gout\",\"shared_memory_offset\":%zu,\"shared_memory_byte_size\":%zu}}",
+                     c->rows, c->cols, xo, xb, c->cols, go, pb, c->cols, bo, pb, yo, xb);
+    const char *names[2] = {"mean", "rstd"};
+    const long offs[2] = {mo, ro};
+    for (int k = 0; k < 2; k++)
+        if (offs[k] >= 0)
+            n += snprintf(buf + n, size - (size_t)n,
+                          ",{\"name\":\"%s\",\"parameters\":{\"shared_memory_region\":\"gout\","
+                          "\"shared_memory_offset\":%ld,\"shared_memory_byte_size\":%d}}",
+                          names[k], offs[k], c->rows * 4);
+    snprintf(buf + n, size - (size_t)n, "]}");
+}
+
+/* Without the cuda backend a CUDA region cannot be registered, and nothing says it can. */
+Test(v2_configured, cuda_shared_memory_needs_the_cuda_backend, .init = start_shm,
+     .fini = stop_shm)
+{
+    if (on_cuda())
+        cr_skip_test("the cuda backend registers CUDA regions (tensors_in_cuda_shared_memory)");
+    nd_resp r;
+    cr_assert_eq(nd_http("GET", url_of("/v2"), NULL, NULL, 0, &r), 0);
+    cr_assert(strstr(r.body, "system_shared_memory"), "%s", r.body);
+    cr_assert_null(strstr(r.body, "cuda_shared_memory"), "%s", r.body);
+    nd_resp_free(&r);
+    const char *reg = "{\"raw_handle\":{\"b64\":\"AAAA\"},\"device_id\":0,\"byte_size\":64}";
+    cr_assert_eq(shm_post("/v2/cudasharedmemory/region/g/register", reg, NULL, &r), 401);
+    nd_resp_free(&r);
+    cr_assert_eq(shm_post("/v2/cudasharedmemory/region/g/register", reg, SHM_AUTH, &r), 400);
+    expect_error(&r, 400, "register \\\"g\\\": CUDA shared memory needs the cuda backend");
+    nd_resp_free(&r);
+    cr_assert_eq(shm_post("/v2/cudasharedmemory/region/g/register", "{\"device_id\":0}",
+                          SHM_AUTH, &r), 400);
+    expect_error(&r, 400, "raw_handle: required");
+    nd_resp_free(&r);
+    cr_assert_eq(nd_http("GET", url_of("/v2/cudasharedmemory/status"), NULL, NULL, 0, &r), 0);
+    cr_assert_eq(r.code, 200);
+    cr_assert_str_eq(r.body, "[]");
+    nd_resp_free(&r);
+    cr_assert_eq(nd_http("GET", url_of("/v2/cudasharedmemory/region/g/status"), NULL, NULL, 0,
+                         &r), 0);
+    expect_error(&r, 400, "no CUDA shared memory region named \\\"g\\\"");
+    nd_resp_free(&r);
+    cr_assert_eq(shm_post("/v2/cudasharedmemory/unregister", NULL, SHM_AUTH, &r), 200);
+    nd_resp_free(&r);
+}
+
+#ifdef ND_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#define CU(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        cr_assert_eq(e_, cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));                   \
+    } while (0)
+
+/* Registers the device allocation at p (this process's, exported by IPC handle) as name. */
+static long cuda_register(const char *name, void *p, long long device_id, size_t byte_size,
+                          nd_resp *r)
+{
+    cudaIpcMemHandle_t h;
+    CU(cudaIpcGetMemHandle(&h, p));
+    static const char abc[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *in = (const unsigned char *)&h;
+    char b64[128];
+    size_t o = 0;
+    for (size_t i = 0; i < sizeof h; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < sizeof h ? (uint32_t)in[i + 1] << 8 : 0) |
+                     (i + 2 < sizeof h ? in[i + 2] : 0);
+        for (size_t k = 0; k < 4; k++)
+            b64[o++] = k <= sizeof h - i ? abc[(v >> (18 - 6 * k)) & 63] : '=';
+    }
+    b64[o] = '\0';
+    char path[128], body[256];
+    snprintf(path, sizeof path, "/v2/cudasharedmemory/region/%s/register", name);
+    snprintf(body, sizeof body,
+             "{\"raw_handle\":{\"b64\":\"%s\"},\"device_id\":%lld,\"byte_size\":%zu}", b64,
+             device_id, byte_size);
+    return shm_post(path, body, SHM_AUTH, r);
+}
+
+typedef struct gpu_flight {
+    char json[2048];
+    nd_resp r;
+} gpu_flight;
+
+static void *gpu_fly(void *arg)
+{
+    gpu_flight *f = arg;
+    infer_raw("layernorm", f->json, NULL, 0, "", NULL, &f->r);
+    return NULL;
+}
+
+/* Device memory of this process, registered as CUDA regions: x, gamma and beta are read from
+ * it and y, mean and rstd written to it by the daemon, which copies none of them over the bus.
+ * A lone request (its kernel runs on the regions in place), one whose y is not aligned to its
+ * elements (copied device to device), and requests batched together, each y in its own window
+ * and the bytes between the windows untouched. Then the registration errors, and unregistering.
+ * Only with --backend cuda (make test-gpu). */
+Test(v2_configured, tensors_in_cuda_shared_memory, .init = start_shm, .fini = stop_shm)
+{
+    if (!on_cuda())
+        cr_skip_test("needs NORMD_BACKEND=cuda");
+    enum { N = 4, COLS = 96, MB = 1 << 20 };
+    unsigned char *gin = NULL, *gout = NULL;
+    CU(cudaSetDevice(0));
+    CU(cudaMalloc((void **)&gin, MB));
+    CU(cudaMalloc((void **)&gout, MB));
+    nd_resp r;
+    cr_assert_eq(cuda_register("gin", gin, 0, MB, &r), 200, "%s", r.body);
+    nd_resp_free(&r);
+    cr_assert_eq(cuda_register("gout", gout, 0, MB, &r), 200, "%s", r.body);
+    nd_resp_free(&r);
+    cr_assert_eq(nd_http("GET", url_of("/v2"), NULL, NULL, 0, &r), 0);
+    cr_assert(strstr(r.body, "cuda_shared_memory"), "%s", r.body);
+    nd_resp_free(&r);
+    cr_assert_eq(nd_http("GET", url_of("/v2/cudasharedmemory/region/gout/status"), NULL, NULL,
+                         0, &r), 0);
+    cr_assert_eq(r.code, 200, "%s", r.body);
+    json_t *st = parse_json(r.body, r.len);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(st, 0), "device_id")), 0);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(st, 0), "byte_size")), MB);
+    json_decref(st);
+    nd_resp_free(&r);
+    cr_assert_eq(nd_http("GET", url_of("/v2/systemsharedmemory/status"), NULL, NULL, 0, &r), 0);
+    cr_assert_str_eq(r.body, "[]", "CUDA regions are not system ones");
+    nd_resp_free(&r);
+
+    unsigned char *host = malloc(MB);
+    cr_assert_not_null(host);
+    ln_case c[N];
+    size_t xo[N], yo[N];
+    size_t at = 0;
+    for (int i = 0; i < N; i++) {
+        ln_make(&c[i], 3 + 5 * i, COLS, 0xC0DA + (uint64_t)i);
+        const size_t xb = (size_t)c[i].rows * COLS * 2;
+        xo[i] = at + (i == 2 ? 2 : 0); /* one x aligned only to its elements */
+        CU(cudaMemcpy(gin + xo[i], c[i].x, xb, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(gin + xo[i] + xb, c[i].g, COLS * 2, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(gin + xo[i] + xb + COLS * 2, c[i].b, COLS * 2, cudaMemcpyHostToDevice));
+        yo[i] = 4096 * (size_t)i + (i == 1 ? 1 : 0); /* one y at an odd byte */
+        at += 8192;
+    }
+
+    /* 1. a lone request, with its statistics: the kernel reads and writes the regions */
+    double *mean = malloc(64 * sizeof(double)), *rstd = malloc(64 * sizeof(double));
+    nd_ref_layernorm(c[0].xd, c[0].rows, COLS, c[0].gd, c[0].bd, 1e-5, c[0].ref, mean, rstd);
+    CU(cudaMemset(gout, 0xFF, MB)); /* poison: NaN in float16 and float32 */
+    char json[2048];
+    const size_t xb0 = (size_t)c[0].rows * COLS * 2;
+    ln_gpu_json(&c[0], xo[0], xo[0] + xb0, xo[0] + xb0 + COLS * 2, 0, 65536, 65536 + 4096,
+                json, sizeof json);
+    infer_raw("layernorm", json, NULL, 0, "", NULL, &r);
+    cr_assert_eq(r.code, 200, "HTTP %ld: %s", r.code, r.body);
+    nd_resp_free(&r);
+    CU(cudaMemcpy(host, gout, MB, cudaMemcpyDeviceToHost));
+    char msg[256];
+    int64_t bad = nd_compare(ND_FLOAT16, host, c[0].ref, (int64_t)c[0].rows * COLS, "y", msg,
+                             sizeof msg);
+    cr_assert_eq(bad, 0, "lone request: %lld wrong: %s", (long long)bad, msg);
+    for (int i = 0; i < c[0].rows; i++) {
+        float m, s;
+        memcpy(&m, host + 65536 + 4 * i, 4);
+        memcpy(&s, host + 65536 + 4096 + 4 * i, 4);
+        cr_assert(fabs(m - mean[i]) <= 1e-5 * (1 + fabs(mean[i])), "mean[%d] %g, want %g", i, m,
+                  mean[i]);
+        cr_assert(fabs(s - rstd[i]) <= 1e-4 * fabs(rstd[i]), "rstd[%d] %g, want %g", i, s,
+                  rstd[i]);
+    }
+    free(mean);
+    free(rstd);
+
+    /* 2. the same alone with y at an odd byte, then all N at once (one batch, through the
+     * batching window), each y in its own window */
+    for (int round = 0; round < 2; round++) {
+        CU(cudaMemset(gout, 0xFF, MB));
+        gpu_flight f[N];
+        pthread_t t[N];
+        const int first = round == 0 ? 1 : 0, last = round == 0 ? 2 : N;
+        for (int i = first; i < last; i++) {
+            const size_t xb = (size_t)c[i].rows * COLS * 2;
+            ln_gpu_json(&c[i], xo[i], xo[i] + xb, xo[i] + xb + COLS * 2, yo[i], -1, -1,
+                        f[i].json, sizeof f[i].json);
+            pthread_create(&t[i], NULL, gpu_fly, &f[i]);
+        }
+        for (int i = first; i < last; i++)
+            pthread_join(t[i], NULL);
+        CU(cudaMemcpy(host, gout, MB, cudaMemcpyDeviceToHost));
+        size_t written = 0;
+        for (int i = first; i < last; i++) {
+            cr_assert_eq(f[i].r.code, 200, "request %d: HTTP %ld: %s", i, f[i].r.code,
+                         f[i].r.body);
+            nd_resp_free(&f[i].r);
+            bad = nd_compare(ND_FLOAT16, host + yo[i], c[i].ref, (int64_t)c[i].rows * COLS, "y",
+                             msg, sizeof msg);
+            cr_assert_eq(bad, 0, "round %d, request %d: %lld wrong: %s", round, i,
+                         (long long)bad, msg);
+            written += (size_t)c[i].rows * COLS * 2;
+        }
+        size_t poisoned = 0;
+        for (size_t k = 0; k < MB; k++)
+            poisoned += host[k] == 0xFF;
+        cr_assert_geq(poisoned, MB - written, "bytes outside the y windows were written");
+    }
+
+    /* 3. registration errors */
+    cr_assert_eq(cuda_register("other", gin, 7, MB, &r), 400);
+    expect_error(&r, 400, "device_id 7: normd runs on CUDA device");
+    nd_resp_free(&r);
+    cr_assert_eq(cuda_register("big", gin, 0, (size_t)MB + 1, &r), 400);
+    expect_error(&r, 400, "holds 1048576 bytes");
+    nd_resp_free(&r);
+    cr_assert_eq(cuda_register("gin", gout, 0, MB, &r), 400);
+    expect_error(&r, 400, "already registered");
+    nd_resp_free(&r);
+    const char *junk = "{\"raw_handle\":{\"b64\":\"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+                       "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==\"},\"device_id\":0,"
+                       "\"byte_size\":64}";
+    cr_assert_eq(shm_post("/v2/cudasharedmemory/region/junk/register", junk, SHM_AUTH, &r), 400);
+    expect_error(&r, 400, "cannot open it");
+    nd_resp_free(&r);
+    cr_assert_eq(nd_http("GET", url_of("/metrics"), NULL, NULL, 0, &r), 0);
+    cr_assert_eq(nd_metric_value(r.body, "normd_cuda_shm_regions", ""), 2, "%s", r.body);
+    nd_resp_free(&r);
+
+    /* 4. unregistered, a region is refused */
+    cr_assert_eq(shm_post("/v2/cudasharedmemory/unregister", NULL, SHM_AUTH, &r), 200);
+    nd_resp_free(&r);
+    infer_raw("layernorm", json, NULL, 0, "", NULL, &r);
+    expect_error(&r, 400, "no shared memory region named \\\"gin\\\"");
+    nd_resp_free(&r);
+    cr_assert_eq(nd_http("GET", url_of("/v2/cudasharedmemory/status"), NULL, NULL, 0, &r), 0);
+    cr_assert_str_eq(r.body, "[]");
+    nd_resp_free(&r);
+    for (int i = 0; i < N; i++)
+        ln_free(&c[i]);
+    free(host);
+    CU(cudaFree(gin));
+    CU(cudaFree(gout));
+}
+#endif /* ND_HAVE_CUDA */

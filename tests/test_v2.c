@@ -1512,17 +1512,20 @@ static const char *const want_outputs[ND_OP_COUNT] = {"y,mean,rstd", "y,rstd", "
 
 Test(documents, server_metadata)
 {
-    for (int shm = 0; shm < 2; shm++) {
-        json_t *d = load_doc(nd_v2_server_metadata_json("1.2.3-\"dev\"", shm));
+    for (int shm = 0; shm < 4; shm++) {
+        json_t *d = load_doc(nd_v2_server_metadata_json("1.2.3-\"dev\"", shm & 1, shm >> 1));
         cr_assert_str_eq(json_string_value(json_object_get(d, "name")), "normd");
         cr_assert_str_eq(json_string_value(json_object_get(d, "version")), "1.2.3-\"dev\"");
         const json_t *ext = json_object_get(d, "extensions");
         cr_assert(has_string(ext, "binary_tensor_data"));
         cr_assert(has_string(ext, "statistics"));
         cr_assert(has_string(ext, "model_configuration"));
-        cr_assert_eq(has_string(ext, "system_shared_memory"), shm,
+        cr_assert_eq(has_string(ext, "system_shared_memory"), shm & 1,
                      "system_shared_memory listed: %d, enabled: %d",
-                     has_string(ext, "system_shared_memory"), shm);
+                     has_string(ext, "system_shared_memory"), shm & 1);
+        cr_assert_eq(has_string(ext, "cuda_shared_memory"), shm >> 1,
+                     "cuda_shared_memory listed: %d, enabled: %d",
+                     has_string(ext, "cuda_shared_memory"), shm >> 1);
         json_decref(d);
     }
 }
@@ -1803,4 +1806,116 @@ Test(shm, bf16_y_may_go_to_shared_memory)
     cr_assert_eq(r.req.wire, ND_WIRE_BINARY);
     cr_assert_eq(r.binary_outputs, 0u);
     nd_v2_request_free(&r);
+}
+
+/* ======================================================================== CUDA shared memory */
+
+/* base64 the textbook way (3 bytes -> 4 characters, '=' padding), written apart from proto's
+ * decoder; pad 0 leaves the padding off. */
+static size_t b64_encode(const unsigned char *in, size_t n, char *out, int pad)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16;
+        if (i + 1 < n)
+            v |= (uint32_t)in[i + 1] << 8;
+        if (i + 2 < n)
+            v |= in[i + 2];
+        const size_t chars = n - i >= 3 ? 4 : n - i + 1;
+        for (size_t k = 0; k < 4; k++)
+            if (k < chars)
+                out[o++] = abc[(v >> (18 - 6 * k)) & 63];
+            else if (pad)
+                out[o++] = '=';
+    }
+    out[o] = '\0';
+    return o;
+}
+
+Test(cuda_shm, base64_round_trips_random_bytes_with_and_without_padding)
+{
+    uint64_t s = rng_init();
+    for (int trial = 0; trial < 400; trial++) {
+        unsigned char in[100], out[100];
+        char text[200];
+        const size_t n = (size_t)(rnd(&s) % 100);
+        for (size_t i = 0; i < n; i++)
+            in[i] = (unsigned char)rnd(&s);
+        const int pad = trial & 1;
+        const size_t len = b64_encode(in, n, text, pad);
+        long got = nd_b64_decode(text, len, out, sizeof out);
+        cr_assert_eq(got, (long)n, "seed %llu: %zu bytes as \"%s\" decoded to %ld",
+                     (unsigned long long)seed0, n, text, got);
+        cr_assert(memcmp(in, out, n) == 0, "seed %llu: \"%s\"", (unsigned long long)seed0, text);
+        if (n > 0)
+            cr_assert_eq(nd_b64_decode(text, len, out, n - 1), -1, "one byte too little room");
+    }
+}
+
+Test(cuda_shm, base64_refuses_what_is_not_base64)
+{
+    unsigned char out[16];
+    const char *bad[] = {"A", "AAAAA", "AA=", "A===", "AB==", "AAB=", "AA*A", "AA A", "=AAA",
+                         "AA==AA==", "-_AA"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_eq(nd_b64_decode(bad[i], strlen(bad[i]), out, sizeof out), -1, "\"%s\"",
+                     bad[i]);
+    cr_assert_eq(nd_b64_decode("", 0, out, sizeof out), 0);
+    cr_assert_eq(nd_b64_decode("/+8=", 4, out, sizeof out), 2);
+    cr_assert(out[0] == 0xff && out[1] == 0xef);
+}
+
+Test(cuda_shm, a_register_body_gives_the_handle_device_and_size)
+{
+    unsigned char handle[64], got[128];
+    for (size_t i = 0; i < sizeof handle; i++)
+        handle[i] = (unsigned char)(i * 37 + 11);
+    char b64[100], body[300];
+    b64_encode(handle, sizeof handle, b64, 1);
+    snprintf(body, sizeof body, "{\"raw_handle\": {\"b64\": \"%s\"}, \"device_id\": 3, "
+             "\"byte_size\": 123456789012}", b64);
+    size_t len = 0;
+    int64_t dev = -1;
+    uint64_t size = 0;
+    nd_error err = {{0}};
+    cr_assert_eq(nd_v2_parse_cuda_register(body, strlen(body), got, sizeof got, &len, &dev,
+                                           &size, &err), 0, "%s", err.msg);
+    cr_assert_eq(len, sizeof handle);
+    cr_assert(memcmp(got, handle, len) == 0);
+    cr_assert_eq(dev, 3);
+    cr_assert_eq(size, 123456789012ull);
+
+    const struct {
+        const char *body, *says;
+    } bad[] = {
+        {"[1]", "body: expected a JSON object"},
+        {"{\"raw", "body: not JSON"},
+        {"{\"device_id\": 0, \"byte_size\": 4}", "raw_handle: required"},
+        {"{\"raw_handle\": \"AAAA\", \"device_id\": 0, \"byte_size\": 4}", "raw_handle: required"},
+        {"{\"raw_handle\": {\"b64\": \"AA*A\"}, \"device_id\": 0, \"byte_size\": 4}",
+         "raw_handle.b64: not the base64"},
+        {"{\"raw_handle\": {\"b64\": \"AAAA\"}, \"byte_size\": 4}", "device_id: required"},
+        {"{\"raw_handle\": {\"b64\": \"AAAA\"}, \"device_id\": -1, \"byte_size\": 4}",
+         "device_id: expected a non-negative integer"},
+        {"{\"raw_handle\": {\"b64\": \"AAAA\"}, \"device_id\": 0}", "byte_size: required"},
+        {"{\"raw_handle\": {\"b64\": \"AAAA\"}, \"device_id\": 0, \"byte_size\": 1.5}",
+         "byte_size: expected a non-negative integer"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err.msg[0] = '\0';
+        cr_assert_eq(nd_v2_parse_cuda_register(bad[i].body, strlen(bad[i].body), got, sizeof got,
+                                               &len, &dev, &size, &err), 400, "%s", bad[i].body);
+        cr_assert(strstr(err.msg, bad[i].says), "%s: \"%s\"", bad[i].body, err.msg);
+    }
+    /* a handle longer than the room */
+    unsigned char big[100];
+    memset(big, 7, sizeof big);
+    char big64[200], body2[400];
+    b64_encode(big, sizeof big, big64, 1);
+    snprintf(body2, sizeof body2, "{\"raw_handle\": {\"b64\": \"%s\"}, \"device_id\": 0, "
+             "\"byte_size\": 1}", big64);
+    cr_assert_eq(nd_v2_parse_cuda_register(body2, strlen(body2), got, 64, &len, &dev, &size,
+                                           &err), 400);
+    cr_assert(strstr(err.msg, "64 bytes at most"), "%s", err.msg);
 }

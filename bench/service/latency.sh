@@ -25,7 +25,9 @@
 # seconds per run), CONNS ("1 4 16 64 256"), WRK_THREADS (8; a run uses min(connections, this)),
 # NORMD_EXTRA (more daemon flags for every configuration), NORMD_OP/NORMD_DTYPE/NORMD_SHAPE
 # (layernorm float16 8,4096), NORMD_PROTO (v1, v2 or v2shm: x and y in shared memory regions that
-# this script makes and registers once each daemon is ready, with --allow-client-shm added), TAG
+# this script makes and registers once each daemon is ready, with --allow-client-shm added; or
+# v2cudashm: x and y in device memory that HOLD_BIN, bench/cudashm_hold beside NORMD_BIN, holds
+# for the whole run, registered with each daemon as CUDA shared memory regions), TAG
 # (date and time), RESULTS_DIR (bench/results), NORMD_CPUS and WRK_CPUS (CPU lists as taskset -c
 # takes them: the daemon and wrk each kept to their own cores, as a sidecar with dedicated cores
 # and the model server beside it would be; unset: both run anywhere),
@@ -117,15 +119,21 @@ LUA
 
 source "$here/lib.sh" # stop_daemon, field, shm_regions_make, shm_regions_register
 shm_in=/dev/shm/normd-latency-in-$$ shm_out=/dev/shm/normd-latency-out-$$
+hold_fd=
 cleanup() {
     stop_daemon
     rm -f "$shm_in" "$shm_out"
+    [ -z "$hold_fd" ] || exec {hold_fd}>&- # cudashm_hold frees its memory and exits
 }
 trap cleanup EXIT
 trap 'cleanup; exit 130' INT TERM
 shm_flags=()
 if [ "$NORMD_PROTO" = v2shm ]; then
     shm_regions_make "$shm_in" "$shm_out"
+    shm_flags=(--allow-client-shm)
+elif [ "$NORMD_PROTO" = v2cudashm ]; then
+    cuda_regions_hold "${HOLD_BIN:-$(dirname "$NORMD_BIN")/bench/cudashm_hold}" "$WORK" ||
+        die "cudashm_hold did not start (see $WORK/hold.log)"
     shm_flags=(--allow-client-shm)
 fi
 seconds_since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
@@ -172,11 +180,14 @@ for repeat in $(seq "$REPEATS"); do
         else
             script=$here/post_binary.lua url=http://127.0.0.1:${where#tcp }/
         fi
-        if [ "$NORMD_PROTO" = v2shm ]; then
+        if [ "$NORMD_PROTO" = v2shm ] || [ "$NORMD_PROTO" = v2cudashm ]; then
             curl_to=()
             [ $transport = unix ] && curl_to=(--unix-socket "$sock")
-            shm_regions_register "${url%/}" "$shm_in" "$shm_out" "${curl_to[@]}" ||
-                { stop_daemon; die "registering the shared memory regions failed"; }
+            if [ "$NORMD_PROTO" = v2shm ]; then
+                shm_regions_register "${url%/}" "$shm_in" "$shm_out" "${curl_to[@]}"
+            else
+                cuda_regions_register "${url%/}" "$WORK" "${curl_to[@]}"
+            fi || { stop_daemon; die "registering the shared memory regions failed"; }
         fi
         for c in $CONNS; do
             t=$(( c < WRK_THREADS ? c : WRK_THREADS ))

@@ -49,6 +49,37 @@ shm_regions_make() {
     truncate -s $((shm_bytes * 8)) "$2"
 }
 
+# cuda_regions_hold HOLD_BIN DIR: starts cudashm_hold (bench/cudashm_hold.c) with device memory
+# for one x and one y per wrk thread (up to 8), sized as shm_regions_make sizes its objects, and
+# its register bodies in DIR; it holds the memory until the file descriptor in hold_fd is closed.
+# 1 when it does not get ready.
+cuda_regions_hold() {
+    local bin=$1 dir=$2
+    shm_bytes=$(( $(tr ',' '*' <<<"$NORMD_SHAPE") * $([ "$NORMD_DTYPE" = float32 ] && echo 4 || echo 2) ))
+    mkfifo "$dir/hold.fifo"
+    "$bin" "$NORMD_DTYPE" "$shm_bytes" $((shm_bytes * 8)) "$dir" <"$dir/hold.fifo" >"$dir/hold.log" 2>&1 &
+    exec {hold_fd}>"$dir/hold.fifo"
+    local i
+    for i in $(seq 100); do
+        grep -q '^ready' "$dir/hold.log" 2>/dev/null && return 0
+        kill -0 $! 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}
+
+# cuda_regions_register URL DIR [CURL_ARGS...]: registers cuda_regions_hold's memory as CUDA
+# regions bench_in and bench_out with the daemon at URL; 1 when it refuses.
+cuda_regions_register() {
+    local url=$1 dir=$2 name
+    shift 2
+    for name in bench_in bench_out; do
+        curl -sf "$@" -X POST "$url/v2/cudasharedmemory/region/$name/register" \
+             -H 'Content-Type: application/json' -d @"$dir/$name.json" >/dev/null ||
+            { echo "${0##*/}: registering $name failed" >&2; return 1; }
+    done
+}
+
 # shm_regions_register URL IN OUT [CURL_ARGS...]: registers IN as region bench_in and OUT as
 # bench_out with the daemon at URL (e.g. http://127.0.0.1:PORT; CURL_ARGS such as --unix-socket
 # PATH); 1 when it refuses.

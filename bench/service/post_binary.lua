@@ -11,6 +11,9 @@
 --                to its own slot of region bench_out; the caller creates and registers both,
 --                see two_gpus.sh, and names bench_in's file in NORMD_SHM_IN_FILE, which the
 --                script fills with x before the first request)
+--                | v2cudashm (the same body, with bench_in and bench_out CUDA shared memory
+--                regions: device memory that bench/cudashm_hold fills and holds, see
+--                latency.sh)
 -- x is random bytes shaped into small finite values (|x| in [1/8, 8), either sign), so no NaN or
 -- infinity reaches the kernels; every wrk thread builds its own body once, in init.
 --
@@ -70,7 +73,7 @@ end
 
 local req
 function init(args)
-   if proto == "v2shm" then
+   if proto == "v2shm" or proto == "v2cudashm" then
       local v2type = ({float32 = "FP32", float16 = "FP16", bfloat16 = "BF16"})[dtype]
       local bytes = elems * (dtype == "float32" and 4 or 2)
       local body = string.format(

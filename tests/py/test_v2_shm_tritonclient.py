@@ -291,7 +291,7 @@ def test_status_and_unregister(client, regions):
     assert client.get_system_shared_memory_status() == []
     # a region unregistered cannot be used
     x = np.ones((2, 4), dtype=np.float32)
-    with pytest.raises(InferenceServerException, match="no system shared memory region named"):
+    with pytest.raises(InferenceServerException, match="no shared memory region named"):
         client.infer("softmax", [shm_input("x", x, "FP32", b, 0)])
 
 
@@ -310,7 +310,7 @@ def test_errors_in_inference_requests(client, regions):
     t = httpclient.InferInput("x", list(x.shape), "FP32")
     t.set_shared_memory(f"nosuch-{PID}", x.nbytes)
     with pytest.raises(InferenceServerException,
-                       match=f'no system shared memory region named "nosuch-{PID}"'):
+                       match=f'no shared memory region named "nosuch-{PID}"'):
         client.infer("softmax", [t])
     # offset + byte_size past the region's end (1024 bytes)
     with pytest.raises(InferenceServerException,
