@@ -1004,12 +1004,32 @@ static void ln_gpu_json(const ln_case *c, size_t xo, size_t go, size_t bo, size_
     snprintf(buf + n, size - (size_t)n, "]}");
 }
 
-/* Without the cuda backend a CUDA region cannot be registered, and nothing says it can. */
-Test(v2_configured, cuda_shared_memory_needs_the_cuda_backend, .init = start_shm,
-     .fini = stop_shm)
+/* The CUDA shared memory tests run on one backend each: they skip before their daemon starts
+ * (a test that skips after its .init skips its .fini too, and would leave the daemon running). */
+static void start_shm_cpu(void)
 {
     if (on_cuda())
         cr_skip_test("the cuda backend registers CUDA regions (tensors_in_cuda_shared_memory)");
+    start_shm();
+}
+
+static void start_shm_cuda(void)
+{
+    if (!on_cuda())
+        cr_skip_test("needs NORMD_BACKEND=cuda");
+    start_shm();
+}
+
+static void stop_shm_if_started(void)
+{
+    if (d.pid > 0)
+        stop_shm();
+}
+
+/* Without the cuda backend a CUDA region cannot be registered, and nothing says it can. */
+Test(v2_configured, cuda_shared_memory_needs_the_cuda_backend, .init = start_shm_cpu,
+     .fini = stop_shm_if_started)
+{
     nd_resp r;
     cr_assert_eq(nd_http("GET", url_of("/v2"), NULL, NULL, 0, &r), 0);
     cr_assert(strstr(r.body, "system_shared_memory"), "%s", r.body);
@@ -1090,10 +1110,9 @@ static void *gpu_fly(void *arg)
  * elements (copied device to device), and requests batched together, each y in its own window
  * and the bytes between the windows untouched. Then the registration errors, and unregistering.
  * Only with --backend cuda (make test-gpu). */
-Test(v2_configured, tensors_in_cuda_shared_memory, .init = start_shm, .fini = stop_shm)
+Test(v2_configured, tensors_in_cuda_shared_memory, .init = start_shm_cuda,
+     .fini = stop_shm_if_started)
 {
-    if (!on_cuda())
-        cr_skip_test("needs NORMD_BACKEND=cuda");
     enum { N = 4, COLS = 96, MB = 1 << 20 };
     unsigned char *gin = NULL, *gout = NULL;
     CU(cudaSetDevice(0));
@@ -1206,9 +1225,9 @@ Test(v2_configured, tensors_in_cuda_shared_memory, .init = start_shm, .fini = st
     cr_assert_eq(cuda_register("gin", gout, 0, MB, &r), 400);
     expect_error(&r, 400, "already registered");
     nd_resp_free(&r);
-    const char *junk = "{\"raw_handle\":{\"b64\":\"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
-                       "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==\"},\"device_id\":0,"
-                       "\"byte_size\":64}";
+    char junk[256] = "{\"raw_handle\":{\"b64\":\""; /* 64 zero bytes: 86 'A', "==" */
+    memset(junk + strlen(junk), 'A', 86);
+    strcpy(junk + strlen(junk), "==\"},\"device_id\":0,\"byte_size\":64}");
     cr_assert_eq(shm_post("/v2/cudasharedmemory/region/junk/register", junk, SHM_AUTH, &r), 400);
     expect_error(&r, 400, "cannot open it");
     nd_resp_free(&r);
