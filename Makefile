@@ -191,12 +191,14 @@ $(VENV)/.installed: tests/py/requirements.txt
 py-test: $(BUILD)/normd $(VENV)/.installed
 	NORMD_BIN=$(BUILD)/normd $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/py
 
-# GPU tests: the kernel tests (tests/gpu_*.c), then the integration suite against --backend cuda.
+# GPU tests: the kernel tests (tests/gpu_*.c), then the integration suites against --backend cuda.
 test-gpu: deps
-	@$(MAKE) --no-print-directory $(BUILD)/normd $(GPU_BIN) $(BUILD)/tests/it_server
+	@$(MAKE) --no-print-directory $(BUILD)/normd $(GPU_BIN) $(BUILD)/tests/it_server $(BUILD)/tests/it_v2
 	@set -e; for t in $(GPU_BIN); do echo "== $$t"; $$t --jobs 1; done
 	@echo "== it_server --backend cuda"
 	NORMD_BIN=$(BUILD)/normd NORMD_BACKEND=cuda $(BUILD)/tests/it_server --jobs 1
+	@echo "== it_v2 --backend cuda (system and CUDA shared memory on the device)"
+	NORMD_BIN=$(BUILD)/normd NORMD_BACKEND=cuda $(BUILD)/tests/it_v2 --jobs 1
 
 bench-cpu: $(BUILD)/bench/bench_cpu
 	./$(BUILD)/bench/bench_cpu
