@@ -504,9 +504,15 @@ static nd_status cuda_run(nd_engine *e, int slot, nd_batch *b, nd_error *err)
      * memory (a CUDA shared memory region) is read (written) in place at any size: only the
      * rest of the staging moves, the inline parameters in and the statistics out, and a batch
      * with neither needs no copy at all. Pieces in another device's memory are copied. */
-    const int whole_in = b->ndma_in == 1 && b->dma_in[0].off == 0 &&
+    /* An x and y that share bytes (a client may name overlapping windows) are never read and
+     * written in place: a kernel that writes one row's y over another row's x, or one block's
+     * over another's, would read what it wrote. The copies in and out order them instead. */
+    const uintptr_t xa = b->ndma_in == 1 ? (uintptr_t)b->dma_in[0].src : 0;
+    const uintptr_t ya = b->ndma_out == 1 ? (uintptr_t)b->dma_out[0].dst : 0;
+    const int alias = xa && ya && xa < ya + b->dma_out[0].bytes && ya < xa + b->dma_in[0].bytes;
+    const int whole_in = !alias && b->ndma_in == 1 && b->dma_in[0].off == 0 &&
                          b->dma_in[0].bytes == x_bytes && (uintptr_t)b->dma_in[0].src % esz == 0;
-    const int whole_out = b->ndma_out == 1 && b->dma_out[0].off == 0 &&
+    const int whole_out = !alias && b->ndma_out == 1 && b->dma_out[0].off == 0 &&
                           b->dma_out[0].bytes == x_bytes && (uintptr_t)b->dma_out[0].dst % esz == 0;
     const int place_x = whole_in && b->dma_in[0].dev == s->dev;
     const int place_y = whole_out && b->dma_out[0].dev == s->dev;

@@ -1215,7 +1215,33 @@ Test(v2_configured, tensors_in_cuda_shared_memory, .init = start_shm_cuda,
         cr_assert_geq(poisoned, MB - written, "bytes outside the y windows were written");
     }
 
-    /* 3. registration errors */
+    /* 3. y over x, the same bytes and one row further on: a request that runs alone and names
+     * overlapping windows still gets y computed from its x */
+    for (int shift = 0; shift < 2; shift++) {
+        const size_t xb = (size_t)c[3].rows * COLS * 2;
+        CU(cudaMemcpy(gin + xo[3], c[3].x, xb, cudaMemcpyHostToDevice));
+        gpu_flight f;
+        char *j = f.json;
+        ln_gpu_json(&c[3], xo[3], xo[3] + xb, xo[3] + xb + COLS * 2, 0, -1, -1, j,
+                    sizeof f.json);
+        /* y goes to "gin" at x's offset (+ one row): rewrite the y reference of the JSON */
+        char *yref = strstr(j, "\"gout\"");
+        cr_assert_not_null(yref);
+        char tail[512];
+        snprintf(tail, sizeof tail, "\"gin\",\"shared_memory_offset\":%zu,"
+                 "\"shared_memory_byte_size\":%zu}}]}", xo[3] + (size_t)shift * COLS * 2, xb);
+        strcpy(yref, tail);
+        infer_raw("layernorm", j, NULL, 0, "", NULL, &r);
+        cr_assert_eq(r.code, 200, "HTTP %ld: %s", r.code, r.body);
+        nd_resp_free(&r);
+        CU(cudaMemcpy(host, gin + xo[3] + (size_t)shift * COLS * 2, xb, cudaMemcpyDeviceToHost));
+        bad = nd_compare(ND_FLOAT16, host, c[3].ref, (int64_t)c[3].rows * COLS, "y", msg,
+                         sizeof msg);
+        cr_assert_eq(bad, 0, "y over x shifted by %d rows: %lld wrong: %s", shift,
+                     (long long)bad, msg);
+    }
+
+    /* 4. registration errors */
     cr_assert_eq(cuda_register("other", gin, 7, MB, &r), 400);
     expect_error(&r, 400, "device_id 7: normd runs on CUDA device");
     nd_resp_free(&r);
@@ -1235,7 +1261,7 @@ Test(v2_configured, tensors_in_cuda_shared_memory, .init = start_shm_cuda,
     cr_assert_eq(nd_metric_value(r.body, "normd_cuda_shm_regions", ""), 2, "%s", r.body);
     nd_resp_free(&r);
 
-    /* 4. unregistered, a region is refused */
+    /* 5. unregistered, a region is refused */
     cr_assert_eq(shm_post("/v2/cudasharedmemory/unregister", NULL, SHM_AUTH, &r), 200);
     nd_resp_free(&r);
     infer_raw("layernorm", json, NULL, 0, "", NULL, &r);
