@@ -13,6 +13,9 @@
  * memory region has no pointer yet: the server sets it); its answer must be JSON followed by
  * exactly the binary outputs' bytes, an output in shared memory naming its region instead of
  * carrying values.
+ * The same body also goes, whole, to the CUDA shared memory register parser (400 with a message,
+ * or a handle of at most 64 bytes) and to the base64 decoder, which accepts only canonical text:
+ * encoding what it decoded must give the text back, padding aside.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -32,8 +35,48 @@ static void check_inside_or_out(const void *p, size_t n, const void *body, size_
         abort();
 }
 
+static void check_b64(const uint8_t *data, size_t size)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    unsigned char out[96];
+    long n = nd_b64_decode((const char *)data, size, out, sizeof out);
+    if (n < 0)
+        return;
+    if ((size_t)n > sizeof out)
+        abort();
+    size_t text = size;
+    while (text > 0 && data[text - 1] == '=')
+        text--;
+    size_t o = 0;
+    for (long i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)out[i] << 16 | (i + 1 < n ? (uint32_t)out[i + 1] << 8 : 0) |
+                     (i + 2 < n ? out[i + 2] : 0);
+        const long chars = n - i >= 3 ? 4 : n - i + 1;
+        for (long k = 0; k < chars; k++, o++)
+            if (o >= text || data[o] != (uint8_t)abc[(v >> (18 - 6 * k)) & 63])
+                abort();
+    }
+    if (o != text)
+        abort();
+}
+
+static void check_cuda_register(const uint8_t *data, size_t size)
+{
+    unsigned char handle[64];
+    size_t len = 0;
+    int64_t dev = -1;
+    uint64_t bytes = 0;
+    nd_error err = {{0}};
+    int st = nd_v2_parse_cuda_register((const char *)data, size, handle, sizeof handle, &len,
+                                       &dev, &bytes, &err);
+    if (st == 0 ? len > sizeof handle || dev < 0 : st != 400 || !err.msg[0])
+        abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    check_b64(data, size);
+    check_cuda_register(data, size);
     char header[32];
     const char *hl = NULL;
     nd_v2_request r;
@@ -79,7 +122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const nd_request *req = &r.req;
     const size_t es = nd_dtype_size(req->dtype);
     const int x_shm = r.in_shm[ND_V2_IN_X].region[0] != '\0';
-    if (!req->x != x_shm || req->elems != req->outer * req->mid * req->inner ||
+    if ((req->x == NULL) != x_shm || req->elems != req->outer * req->mid * req->inner ||
         r.noutputs < 1 || r.noutputs > 3)
         abort();
     if (x_shm && r.in_shm[ND_V2_IN_X].byte_size != (uint64_t)req->elems * es)
