@@ -321,8 +321,8 @@ int nd_shm_register_cuda(nd_shm *r, const char *name, const void *handle, size_t
         return nd_proto_fail(err, 400, "region name: 1 to %d letters, digits, '.', '_' or '-'",
                              ND_V2_SHM_NAME_MAX - 1);
     if (!r->device.open)
-        return nd_proto_fail(err, 400, "CUDA shared memory needs the cuda backend; this normd "
-                                       "runs without a CUDA device (use system shared memory)");
+        return nd_proto_fail(err, 400, "CUDA shared memory needs the cuda backend, which this "
+                                       "normd does not run (use system shared memory)");
     if (byte_size == 0)
         return nd_proto_fail(err, 400, "byte_size: must be at least 1");
     if (byte_size > (uint64_t)INT64_MAX)
