@@ -251,9 +251,22 @@ test-image: image-deps
 DEVICE_DEBS := libcriterion3 libgit2-1.5 libhttp-parser2.9 libmbedcrypto7 libmbedtls14 \
                libmbedx509-1 libnanomsg5 libssh2-1 libmicrohttpd12 libjansson4 wrk \
                libluajit-5.1-2 libluajit-5.1-common
-.PHONY: device-debs
+.PHONY: device-debs device-wheels
 device-debs:
 	mkdir -p .deb && cd .deb && apt-get download $(DEVICE_DEBS)
+
+# The Python tests' wheels for the GPU machine's Python (DEVICE_PYTHON, 3.12 on Ubuntu 24.04),
+# tritonclient's CUDA helpers included, into $(BUILD)/whl; numpy is left out (the GPU machine has
+# its own, beside PyTorch). bench/device_py.sh unpacks them there and runs the shared memory tests
+# against --backend cuda.
+DEVICE_PYTHON ?= 3.12
+device-wheels: $(VENV)/.installed
+	rm -rf $(BUILD)/whl
+	$(VENV)/bin/pip download -q --disable-pip-version-check --only-binary=:all: \
+	  --python-version $(DEVICE_PYTHON) --platform manylinux2014_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+	  -d $(BUILD)/whl -r tests/py/requirements-cuda.txt
+	rm -f $(BUILD)/whl/numpy-*
 
 # ---- fuzz: libFuzzer targets (clang; not part of make test, run briefly by .ci/run) ----
 # make fuzz builds $(BUILD)/fuzz/fuzz_{json,binary,v2} (the wire parsers) and fuzz_http (raw bytes
