@@ -630,8 +630,15 @@ Test(v2, shared_memory_is_off_unless_asked_for)
                  400);
     expect_error(&r, 400, "--allow-client-shm");
     nd_resp_free(&r);
+    cr_assert_eq(shm_post("/v2/cudasharedmemory/region/a/register",
+                          "{\"raw_handle\":{\"b64\":\"AAAA\"},\"device_id\":0,\"byte_size\":4}",
+                          NULL, &r),
+                 400);
+    expect_error(&r, 400, "CUDA shared memory is off (start normd with --allow-client-shm)");
+    nd_resp_free(&r);
     cr_assert_eq(nd_http("GET", url_of("/v2"), NULL, NULL, 0, &r), 0);
     cr_assert_null(strstr(r.body, "system_shared_memory"), "%s", r.body);
+    cr_assert_null(strstr(r.body, "cuda_shared_memory"), "%s", r.body);
     nd_resp_free(&r);
     const char *body = "{\"inputs\":[{\"name\":\"x\",\"shape\":[2],\"datatype\":\"FP32\","
                        "\"parameters\":{\"shared_memory_region\":\"a\","
