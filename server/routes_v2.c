@@ -437,7 +437,7 @@ static enum MHD_Result shm_handle(conn *c)
     if (!shm)
         return nd_conn_send_error(c, 400, "%s shared memory is off (start normd with "
                                           "--allow-client-shm)",
-                                  kind == ND_SHM_CUDA ? "CUDA" : "system");
+                                  nd_shm_kind_name(kind));
     if (c->has_name && c->name_bad)
         return nd_conn_send_error(c, 400, "region name: 1 to %d letters, digits, '.', '_' or "
                                           "'-'", ND_V2_SHM_NAME_MAX - 1);
@@ -457,7 +457,7 @@ static enum MHD_Result shm_handle(conn *c)
         int n = nd_shm_unregister(shm, kind, name);
         if (n && c->srv->cfg.verbose >= 1)
             fprintf(stderr, "normd: %d %s shared memory region(s) unregistered\n", n,
-                    kind == ND_SHM_CUDA ? "CUDA" : "system");
+                    nd_shm_kind_name(kind));
         return nd_conn_send_buffer(c, 200, "application/json", "{}", 2, 0);
     }
     }

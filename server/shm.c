@@ -239,18 +239,37 @@ static int list(nd_shm *r, nd_shm_region *g, nd_error *err)
     return st_code;
 }
 
+const char *nd_shm_kind_name(nd_shm_kind kind)
+{
+    return kind == ND_SHM_CUDA ? "CUDA" : "system";
+}
+
+/* What both kinds of registration check first: the region's name (0 when good). */
+static int check_name(const char *name, nd_error *err)
+{
+    if (nd_name_ok(name, strlen(name)))
+        return 0;
+    return nd_proto_fail(err, 400, "region name: 1 to %d letters, digits, '.', '_' or '-'",
+                         ND_V2_SHM_NAME_MAX - 1);
+}
+
+/* A region of at least one byte (0 when good). */
+static int check_size(uint64_t byte_size, nd_error *err)
+{
+    return byte_size ? 0 : nd_proto_fail(err, 400, "byte_size: must be at least 1");
+}
+
 int nd_shm_register(nd_shm *r, const char *name, const char *key, uint64_t offset,
                     uint64_t byte_size, nd_error *err)
 {
-    if (!nd_name_ok(name, strlen(name)))
-        return nd_proto_fail(err, 400, "region name: 1 to %d letters, digits, '.', '_' or '-'",
-                             ND_V2_SHM_NAME_MAX - 1);
+    if (check_name(name, err))
+        return 400;
     if (!key_ok(key))
         return nd_proto_fail(err, 400, "key \"%.64s\": expected a shared memory object's "
                                        "name as shm_open takes it (\"/name\", no other '/')",
                              key);
-    if (byte_size == 0)
-        return nd_proto_fail(err, 400, "byte_size: must be at least 1");
+    if (check_size(byte_size, err))
+        return 400;
     uint64_t end;
     if (__builtin_add_overflow(offset, byte_size, &end) || end > (uint64_t)INT64_MAX)
         return nd_proto_fail(err, 400, "offset + byte_size: past 2^63");
@@ -317,14 +336,13 @@ int nd_shm_register(nd_shm *r, const char *name, const char *key, uint64_t offse
 int nd_shm_register_cuda(nd_shm *r, const char *name, const void *handle, size_t handle_len,
                          int64_t device_id, uint64_t byte_size, nd_error *err)
 {
-    if (!nd_name_ok(name, strlen(name)))
-        return nd_proto_fail(err, 400, "region name: 1 to %d letters, digits, '.', '_' or '-'",
-                             ND_V2_SHM_NAME_MAX - 1);
+    if (check_name(name, err))
+        return 400;
     if (!r->device.open)
         return nd_proto_fail(err, 400, "CUDA shared memory needs the cuda backend, which this "
                                        "normd does not run (use system shared memory)");
-    if (byte_size == 0)
-        return nd_proto_fail(err, 400, "byte_size: must be at least 1");
+    if (check_size(byte_size, err))
+        return 400;
     if (byte_size > (uint64_t)INT64_MAX)
         return nd_proto_fail(err, 400, "byte_size: past 2^63");
     /* Opening a handle twice under two names is the opener's business (CUDA counts the
@@ -420,7 +438,7 @@ char *nd_shm_status_json(nd_shm *r, nd_shm_kind kind, const char *name, int *sta
     if (name && !found && !oom) {
         json_decref(arr);
         *status = nd_proto_fail(err, 400, "no %s shared memory region named \"%s\"",
-                                kind == ND_SHM_CUDA ? "CUDA" : "system", name);
+                                nd_shm_kind_name(kind), name);
         return NULL;
     }
     char *s = oom ? NULL : json_dumps(arr, JSON_COMPACT);

@@ -57,6 +57,8 @@ typedef struct nd_shm_device {
 } nd_shm_device;
 
 typedef enum nd_shm_kind { ND_SHM_SYSTEM, ND_SHM_CUDA } nd_shm_kind;
+/* "system" or "CUDA", for messages. */
+const char *nd_shm_kind_name(nd_shm_kind kind);
 
 /* A registry of at most max_regions regions of both kinds, system memory offered to pinner
  * (NULL: to nobody), CUDA handles opened by device (NULL: CUDA regions are refused); NULL when
