@@ -581,26 +581,38 @@ static void shm_register(const char *name, const shm_obj *o, size_t off, size_t 
     nd_resp_free(&r);
 }
 
-/* The JSON of a layernorm request whose x, gamma, beta lie in region "in" at xo, go, bo and whose
- * y goes to region "out" at yo. */
-static void ln_shm_json(const ln_case *c, size_t xo, size_t go, size_t bo, size_t yo, char *buf,
-                        size_t size)
+/* The JSON of a layernorm request whose x, gamma, beta lie in region rin at xo, go, bo, whose y
+ * goes to region rout at yo and, when mo (ro) is not negative, its mean (rstd) to rout at mo
+ * (ro). */
+static void ln_region_json(const ln_case *c, const char *rin, const char *rout, size_t xo,
+                           size_t go, size_t bo, size_t yo, long mo, long ro, char *buf,
+                           size_t size)
 {
-    size_t xb = (size_t)c->rows * c->cols * 2, pb = (size_t)c->cols * 2;
-    snprintf(buf, size,
-             "{\"inputs\":["
-             "{\"name\":\"x\",\"shape\":[%d,%d],\"datatype\":\"FP16\",\"parameters\":{"
-             "\"shared_memory_region\":\"in\",\"shared_memory_offset\":%zu,"
-             "\"shared_memory_byte_size\":%zu}},"
-             "{\"name\":\"gamma\",\"shape\":[%d],\"datatype\":\"FP16\",\"parameters\":{"
-             "\"shared_memory_region\":\"in\",\"shared_memory_offset\":%zu,"
-             "\"shared_memory_byte_size\":%zu}},"
-             "{\"name\":\"beta\",\"shape\":[%d],\"datatype\":\"FP16\",\"parameters\":{"
-             "\"shared_memory_region\":\"in\",\"shared_memory_offset\":%zu,"
-             "\"shared_memory_byte_size\":%zu}}],"
-             "\"outputs\":[{\"name\":\"y\",\"parameters\":{\"shared_memory_region\":\"out\","
-             "\"shared_memory_offset\":%zu,\"shared_memory_byte_size\":%zu}}]}",
-             c->rows, c->cols, xo, xb, c->cols, go, pb, c->cols, bo, pb, yo, xb);
+    const size_t xb = (size_t)c->rows * c->cols * 2, pb = (size_t)c->cols * 2;
+    int n = snprintf(buf, size,
+                     "{\"inputs\":["
+                     "{\"name\":\"x\",\"shape\":[%d,%d],\"datatype\":\"FP16\",\"parameters\":{"
+                     "\"shared_memory_region\":\"%s\",\"shared_memory_offset\":%zu,"
+                     "\"shared_memory_byte_size\":%zu}},"
+                     "{\"name\":\"gamma\",\"shape\":[%d],\"datatype\":\"FP16\",\"parameters\":{"
+                     "\"shared_memory_region\":\"%s\",\"shared_memory_offset\":%zu,"
+                     "\"shared_memory_byte_size\":%zu}},"
+                     "{\"name\":\"beta\",\"shape\":[%d],\"datatype\":\"FP16\",\"parameters\":{"
+                     "\"shared_memory_region\":\"%s\",\"shared_memory_offset\":%zu,"
+                     "\"shared_memory_byte_size\":%zu}}],"
+                     "\"outputs\":[{\"name\":\"y\",\"parameters\":{\"shared_memory_region\":"
+                     "\"%s\",\"shared_memory_offset\":%zu,\"shared_memory_byte_size\":%zu}}",
+                     c->rows, c->cols, rin, xo, xb, c->cols, rin, go, pb, c->cols, rin, bo, pb,
+                     rout, yo, xb);
+    const char *names[2] = {"mean", "rstd"};
+    const long offs[2] = {mo, ro};
+    for (int k = 0; k < 2; k++)
+        if (offs[k] >= 0)
+            n += snprintf(buf + n, size - (size_t)n,
+                          ",{\"name\":\"%s\",\"parameters\":{\"shared_memory_region\":\"%s\","
+                          "\"shared_memory_offset\":%ld,\"shared_memory_byte_size\":%d}}",
+                          names[k], rout, offs[k], c->rows * 4);
+    snprintf(buf + n, size - (size_t)n, "]}");
 }
 
 /* The answer names y's region and carries no values; y itself is checked in the region. */
@@ -757,7 +769,7 @@ Test(v2_configured, tensors_in_shared_memory, .init = start_shm, .fini = stop_sh
         at = bo + COLS * 2 + 7;
         yo[i] = yat;
         yat += xb + 3;
-        ln_shm_json(&c[i], xo, go, bo, yo[i], json[i], sizeof json[i]);
+        ln_region_json(&c[i], "in", "out", xo, go, bo, yo[i], -1, -1, json[i], sizeof json[i]);
     }
     memset(out.p, 0x7E, out.n); /* poison: 0x7E7E is a NaN in float16 */
     cr_assert_eq(nd_http("GET", url_of("/metrics"), NULL, NULL, 0, &r), 0);
@@ -801,7 +813,7 @@ Test(v2_configured, tensors_in_shared_memory, .init = start_shm, .fini = stop_sh
         memcpy(in.p + go, lone.g, COLS * 2);
         memcpy(in.p + bo, lone.b, COLS * 2);
         char lj[1024];
-        ln_shm_json(&lone, xo, go, bo, yo, lj, sizeof lj);
+        ln_region_json(&lone, "in", "out", xo, go, bo, yo, -1, -1, lj, sizeof lj);
         memset(out.p, 0x7E, out.n);
         infer_raw("layernorm", lj, NULL, 0, "", NULL, &r);
         check_shm_answer(&lone, &r, out.p + 4096 + yo);
@@ -979,38 +991,6 @@ static int on_cuda(void)
     return b && !strcmp(b, "cuda");
 }
 
-/* The JSON of a layernorm request whose x, gamma, beta lie in region "gin" at xo, go, bo, whose
- * y goes to region "gout" at yo and, when mo (ro) is not negative, its mean (rstd) to "gout" at
- * mo (ro). */
-static void ln_gpu_json(const ln_case *c, size_t xo, size_t go, size_t bo, size_t yo, long mo,
-                        long ro, char *buf, size_t size)
-{
-    const size_t xb = (size_t)c->rows * c->cols * 2, pb = (size_t)c->cols * 2;
-    int n = snprintf(buf, size,
-                     "{\"inputs\":["
-                     "{\"name\":\"x\",\"shape\":[%d,%d],\"datatype\":\"FP16\",\"parameters\":{"
-                     "\"shared_memory_region\":\"gin\",\"shared_memory_offset\":%zu,"
-                     "\"shared_memory_byte_size\":%zu}},"
-                     "{\"name\":\"gamma\",\"shape\":[%d],\"datatype\":\"FP16\",\"parameters\":{"
-                     "\"shared_memory_region\":\"gin\",\"shared_memory_offset\":%zu,"
-                     "\"shared_memory_byte_size\":%zu}},"
-                     "{\"name\":\"beta\",\"shape\":[%d],\"datatype\":\"FP16\",\"parameters\":{"
-                     "\"shared_memory_region\":\"gin\",\"shared_memory_offset\":%zu,"
-                     "\"shared_memory_byte_size\":%zu}}],"
-                     "\"outputs\":[{\"name\":\"y\",\"parameters\":{\"shared_memory_region\":"
-                     "\"gout\",\"shared_memory_offset\":%zu,\"shared_memory_byte_size\":%zu}}",
-                     c->rows, c->cols, xo, xb, c->cols, go, pb, c->cols, bo, pb, yo, xb);
-    const char *names[2] = {"mean", "rstd"};
-    const long offs[2] = {mo, ro};
-    for (int k = 0; k < 2; k++)
-        if (offs[k] >= 0)
-            n += snprintf(buf + n, size - (size_t)n,
-                          ",{\"name\":\"%s\",\"parameters\":{\"shared_memory_region\":\"gout\","
-                          "\"shared_memory_offset\":%ld,\"shared_memory_byte_size\":%d}}",
-                          names[k], offs[k], c->rows * 4);
-    snprintf(buf + n, size - (size_t)n, "]}");
-}
-
 /* The CUDA shared memory tests run on one backend each: they skip before their daemon starts
  * (a test that skips after its .init skips its .fini too, and would leave the daemon running). */
 static void start_shm_cpu(void)
@@ -1079,36 +1059,14 @@ static long cuda_register(const char *name, void *p, long long device_id, size_t
 {
     cudaIpcMemHandle_t h;
     CU(cudaIpcGetMemHandle(&h, p));
-    static const char abc[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    const unsigned char *in = (const unsigned char *)&h;
     char b64[128];
-    size_t o = 0;
-    for (size_t i = 0; i < sizeof h; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < sizeof h ? (uint32_t)in[i + 1] << 8 : 0) |
-                     (i + 2 < sizeof h ? in[i + 2] : 0);
-        for (size_t k = 0; k < 4; k++)
-            b64[o++] = k <= sizeof h - i ? abc[(v >> (18 - 6 * k)) & 63] : '=';
-    }
-    b64[o] = '\0';
+    nd_b64_encode(&h, sizeof h, b64, 1);
     char path[128], body[256];
     snprintf(path, sizeof path, "/v2/cudasharedmemory/region/%s/register", name);
     snprintf(body, sizeof body,
              "{\"raw_handle\":{\"b64\":\"%s\"},\"device_id\":%lld,\"byte_size\":%zu}", b64,
              device_id, byte_size);
     return shm_post(path, body, SHM_AUTH, r);
-}
-
-typedef struct gpu_flight {
-    char json[2048];
-    nd_resp r;
-} gpu_flight;
-
-static void *gpu_fly(void *arg)
-{
-    gpu_flight *f = arg;
-    infer_raw("layernorm", f->json, NULL, 0, "", NULL, &f->r);
-    return NULL;
 }
 
 /* Device memory of this process, registered as CUDA regions: x, gamma and beta are read from
@@ -1167,8 +1125,8 @@ Test(v2_configured, tensors_in_cuda_shared_memory, .init = start_shm_cuda,
     CU(cudaMemset(gout, 0xFF, MB)); /* poison: NaN in float16 and float32 */
     char json[2048];
     const size_t xb0 = (size_t)c[0].rows * COLS * 2;
-    ln_gpu_json(&c[0], xo[0], xo[0] + xb0, xo[0] + xb0 + COLS * 2, 0, 65536, 65536 + 4096,
-                json, sizeof json);
+    ln_region_json(&c[0], "gin", "gout", xo[0], xo[0] + xb0, xo[0] + xb0 + COLS * 2, 0, 65536,
+                   65536 + 4096, json, sizeof json);
     infer_raw("layernorm", json, NULL, 0, "", NULL, &r);
     cr_assert_eq(r.code, 200, "HTTP %ld: %s", r.code, r.body);
     nd_resp_free(&r);
@@ -1193,14 +1151,16 @@ Test(v2_configured, tensors_in_cuda_shared_memory, .init = start_shm_cuda,
      * batching window), each y in its own window */
     for (int round = 0; round < 2; round++) {
         CU(cudaMemset(gout, 0xFF, MB));
-        gpu_flight f[N];
+        char jsons[N][2048];
+        shm_flight f[N];
         pthread_t t[N];
         const int first = round == 0 ? 1 : 0, last = round == 0 ? 2 : N;
         for (int i = first; i < last; i++) {
             const size_t xb = (size_t)c[i].rows * COLS * 2;
-            ln_gpu_json(&c[i], xo[i], xo[i] + xb, xo[i] + xb + COLS * 2, yo[i], -1, -1,
-                        f[i].json, sizeof f[i].json);
-            pthread_create(&t[i], NULL, gpu_fly, &f[i]);
+            ln_region_json(&c[i], "gin", "gout", xo[i], xo[i] + xb, xo[i] + xb + COLS * 2,
+                           yo[i], -1, -1, jsons[i], sizeof jsons[i]);
+            f[i] = (shm_flight){.json = jsons[i]};
+            pthread_create(&t[i], NULL, shm_fly, &f[i]);
         }
         for (int i = first; i < last; i++)
             pthread_join(t[i], NULL);
@@ -1227,10 +1187,9 @@ Test(v2_configured, tensors_in_cuda_shared_memory, .init = start_shm_cuda,
     for (int shift = 0; shift < 2; shift++) {
         const size_t xb = (size_t)c[3].rows * COLS * 2;
         CU(cudaMemcpy(gin + xo[3], c[3].x, xb, cudaMemcpyHostToDevice));
-        gpu_flight f;
-        char *j = f.json;
-        ln_gpu_json(&c[3], xo[3], xo[3] + xb, xo[3] + xb + COLS * 2, 0, -1, -1, j,
-                    sizeof f.json);
+        char j[2048];
+        ln_region_json(&c[3], "gin", "gout", xo[3], xo[3] + xb, xo[3] + xb + COLS * 2, 0, -1, -1,
+                       j, sizeof j);
         /* y goes to "gin" at x's offset (+ one row): rewrite the y reference of the JSON */
         char *yref = strstr(j, "\"gout\"");
         cr_assert_not_null(yref);

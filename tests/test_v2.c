@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../proto/nd_v2.h"
+#include "util/nd_testutil.h"
 
 /* ======================================================================== helpers */
 
@@ -1810,29 +1811,6 @@ Test(shm, bf16_y_may_go_to_shared_memory)
 
 /* ======================================================================== CUDA shared memory */
 
-/* base64 the textbook way (3 bytes -> 4 characters, '=' padding), written apart from proto's
- * decoder; pad 0 leaves the padding off. */
-static size_t b64_encode(const unsigned char *in, size_t n, char *out, int pad)
-{
-    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16;
-        if (i + 1 < n)
-            v |= (uint32_t)in[i + 1] << 8;
-        if (i + 2 < n)
-            v |= in[i + 2];
-        const size_t chars = n - i >= 3 ? 4 : n - i + 1;
-        for (size_t k = 0; k < 4; k++)
-            if (k < chars)
-                out[o++] = abc[(v >> (18 - 6 * k)) & 63];
-            else if (pad)
-                out[o++] = '=';
-    }
-    out[o] = '\0';
-    return o;
-}
-
 Test(cuda_shm, base64_round_trips_random_bytes_with_and_without_padding)
 {
     uint64_t s = rng_init();
@@ -1843,7 +1821,7 @@ Test(cuda_shm, base64_round_trips_random_bytes_with_and_without_padding)
         for (size_t i = 0; i < n; i++)
             in[i] = (unsigned char)rnd(&s);
         const int pad = trial & 1;
-        const size_t len = b64_encode(in, n, text, pad);
+        const size_t len = nd_b64_encode(in, n, text, pad);
         long got = nd_b64_decode(text, len, out, sizeof out);
         cr_assert_eq(got, (long)n, "seed %llu: %zu bytes as \"%s\" decoded to %ld",
                      (unsigned long long)seed0, n, text, got);
@@ -1872,7 +1850,7 @@ Test(cuda_shm, a_register_body_gives_the_handle_device_and_size)
     for (size_t i = 0; i < sizeof handle; i++)
         handle[i] = (unsigned char)(i * 37 + 11);
     char b64[100], body[300];
-    b64_encode(handle, sizeof handle, b64, 1);
+    nd_b64_encode(handle, sizeof handle, b64, 1);
     snprintf(body, sizeof body, "{\"raw_handle\": {\"b64\": \"%s\"}, \"device_id\": 3, "
              "\"byte_size\": 123456789012}", b64);
     size_t len = 0;
@@ -1912,7 +1890,7 @@ Test(cuda_shm, a_register_body_gives_the_handle_device_and_size)
     unsigned char big[100];
     memset(big, 7, sizeof big);
     char big64[200], body2[400];
-    b64_encode(big, sizeof big, big64, 1);
+    nd_b64_encode(big, sizeof big, big64, 1);
     snprintf(body2, sizeof body2, "{\"raw_handle\": {\"b64\": \"%s\"}, \"device_id\": 0, "
              "\"byte_size\": 1}", big64);
     cr_assert_eq(nd_v2_parse_cuda_register(body2, strlen(body2), got, 64, &len, &dev, &size,

@@ -246,3 +246,27 @@ int64_t nd_compare_f32(const float *got, const double *ref, int64_t n, const cha
 {
     return nd_compare(ND_FLOAT32, got, ref, n, what, msg, msg_size);
 }
+
+/* ---- base64 ---- */
+
+size_t nd_b64_encode(const void *in, size_t n, char *out, int pad)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *b = in;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)b[i] << 16;
+        if (i + 1 < n)
+            v |= (uint32_t)b[i + 1] << 8;
+        if (i + 2 < n)
+            v |= b[i + 2];
+        const size_t chars = n - i >= 3 ? 4 : n - i + 1;
+        for (size_t k = 0; k < 4; k++)
+            if (k < chars)
+                out[o++] = abc[(v >> (18 - 6 * k)) & 63];
+            else if (pad)
+                out[o++] = '=';
+    }
+    out[o] = '\0';
+    return o;
+}

@@ -54,4 +54,10 @@ int64_t nd_compare(nd_dtype dt, const void *got, const double *ref, int64_t n, c
 int64_t nd_compare_f32(const float *got, const double *ref, int64_t n, const char *what,
                        char *msg, size_t msg_size);
 
+/* ---- base64 ---- */
+/* The textbook base64 of n bytes (3 bytes -> 4 characters of A-Z a-z 0-9 + /, '=' padding when pad
+ * is not 0) into out, NUL-terminated (room for 4 * ((n + 2) / 3) + 1 bytes); returns its length.
+ * Written apart from proto's decoder, which the tests check against it. */
+size_t nd_b64_encode(const void *in, size_t n, char *out, int pad);
+
 #endif /* ND_TESTUTIL_H */
