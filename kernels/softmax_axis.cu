@@ -20,6 +20,9 @@
  *     thread-block cluster (up to axis_policy::max_cluster) that combine their (max, sum) through
  *     distributed shared memory, so even outer = 1 uses every multiprocessor without a workspace or
  *     a second launch;
+ *   - a short inner extent with enough outer indices (softmax_axis_slab): a block or cluster
+ *     reads one outer index's whole slab as 16-byte packs, like a long row, each thread's packs
+ *     all in the same few columns, and the columns' (max, sum) pairs are merged in shared memory;
  *   - only when a column is too long for the registers of a whole cluster is it cut into segments
  *     of independent blocks: one launch writes each segment's (max, sum) to a small stream-ordered
  *     workspace, a second merges them and writes y, reading x a second time (mostly from L2).
@@ -524,6 +527,257 @@ softmax_axis_apply(const T *__restrict__ x, T *__restrict__ y, const float2 *__r
     }
 }
 
+/*
+ * The slab kernel: a short inner extent and a column long enough to fill a thread, as softmax
+ * over axis 1 of (512,896,4,12) (inner 48, dim 896). The column plan above gives each thread a
+ * pack-column of 4 elements and rows `inner` apart, which for such shapes means 8-byte loads,
+ * blocks of odd shape (12 x 19 threads there) and per-thread state for only 4 columns. Here one
+ * outer index's slab (dim * inner elements, contiguous) is read like a row of the row engine's
+ * block kernel: 16-byte packs, thread g of a block (or cluster) of G threads holding packs
+ * g, g + G, g + 2G, ... of the slab. A pack holds VEC columns of one inner row, and the slab's
+ * packs cycle through the q = inner / VEC packs of an inner row, so with G a multiple of q every
+ * pack of thread g lies in the same VEC columns (pack-column g % q): the thread keeps (max, sum)
+ * for those VEC columns, and a column's all-reduce is over the G / q threads that share it, in
+ * shared memory (slab_allreduce), then over the cluster's blocks through distributed shared
+ * memory. x is read once, with accesses as wide and as contiguous as a copy's.
+ *
+ * Measured on an H100 (bench_gpu --suite axis, three alternating rounds; bench/results/
+ * axis_slab_h100.txt): (512,896,4,12) ax1 float16 / bfloat16 50-52% of the copy ceiling -> 74-75,
+ * float32 72-73 -> 83-84, softmax and log_softmax alike; no other bench shape takes the path.
+ * Block size, each against the others in one call: up to 256 threads (192 for inner 48, in
+ * clusters of 4 for 16-bit and 7 for float32) 16-bit 72-73 and float32 80 (with the two-round
+ * all-reduce of the kernel's note), against 64-66 and 74 for up to 512 (480, clusters of 2 and
+ * 3); up to 128 (96, clusters of 8; float32 then takes the column plan) 16-bit 67-69, and 61-64
+ * with the one-round all-reduce that 256 has at 74.
+ */
+#ifndef ND_AXIS_SLAB /* 0: never take the slab path (A/B runs) */
+#define ND_AXIS_SLAB 1
+#endif
+
+#ifndef ND_AXIS_SLAB_THREADS /* a block: the largest multiple of lcm(32, q) up to this */
+#define ND_AXIS_SLAB_THREADS 256
+#endif
+#ifndef ND_AXIS_SLAB_PACKS16 /* packs a thread keeps at most, 16-bit (float32: 8) */
+#define ND_AXIS_SLAB_PACKS16 7
+#endif
+
+struct slab_policy {
+    static constexpr int max_threads = ND_AXIS_SLAB_THREADS;
+    static constexpr int min_packs = 4;     /* packs a thread must get, or the column plan runs */
+    /* packs a thread keeps: 128 bytes, as the row engine, except 16-bit 8 packs, which spilled
+     * 32 bytes at the 64-register cap (nvcc 13, -Xptxas -v; 7 packs spill 8-16, float32 8 packs
+     * 8). H100, (512,896,4,12) 16-bit: 7 packs 74-75% of the copy ceiling, 6 packs 71-73, 5
+     * packs 64-67 (more blocks a slab, more cluster traffic). */
+    static constexpr int max_packs(size_t es) { return es == 2 ? ND_AXIS_SLAB_PACKS16 : 8; }
+    static constexpr int max_q = 64;        /* 16-byte packs of an inner row (inner <= 512 16-bit) */
+    static constexpr int max_cluster = 8;   /* portable cluster size */
+    static constexpr int fill_blocks_per_sm = 2; /* fewer blocks than this per SM: column plan */
+};
+
+struct slab_geom {
+    int64_t slab; /* elements of one outer index: dim * inner */
+    int inner;
+    int q;        /* packs of an inner row: inner / VEC */
+    int packs;    /* packs of a slab: dim * q */
+    int cluster;  /* blocks per slab */
+};
+
+/* The merge for slab_allreduce: a column's (max, sum of exp(x - max)) pairs combined by the
+ * online softmax's rule (seed 001), in place; a part with no elements is (-inf, 0). */
+struct slab_online {
+    static constexpr int K = 2;
+    __device__ __forceinline__ void operator()(float (&a)[2], const float (&b)[2]) const
+    {
+        const float m = fmaxf(a[0], b[0]);
+        if (m == -INFINITY)
+            return;
+        a[1] = a[1] * exp_le0(a[0] - m) + b[1] * exp_le0(b[0] - m);
+        a[0] = m;
+    }
+};
+
+/*
+ * All-reduce, per column, over the threads of a slab that share the column: v[k][j] is this
+ * thread's partial k (of Op::K) for column cp * VEC + j. `red` holds Op::K * blockDim.x * VEC
+ * floats, `col` and `fin` Op::K * inner each. Each column is combined in one fixed order (the
+ * block's threads in order of index through four interleaved accumulators, then the cluster's
+ * blocks in rank order), so every thread of the column, every block and every run gets the same
+ * bits. Called once per kernel: a second call would need a second `col`, which other blocks of
+ * the cluster may still be reading.
+ */
+template <int VEC, class Op>
+__device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *red, float *col,
+                                               float *fin, const slab_geom &g, int cp, Op op)
+{
+    constexpr int K = Op::K;
+    const int t = threadIdx.x, nt = blockDim.x;
+    const int plane = nt * VEC; /* red: K planes of nt * VEC floats */
+#pragma unroll
+    for (int k = 0; k < K; k++)
+#pragma unroll
+        for (int i = 0; i < VEC / 4; i++)
+            reinterpret_cast<float4 *>(red + k * plane + t * VEC)[i] =
+                make_float4(v[k][4 * i], v[k][4 * i + 1], v[k][4 * i + 2], v[k][4 * i + 3]);
+    __syncthreads();
+    /* thread u's partial of column c = cp(u) * VEC + j sits at red[u * VEC + j]; the threads of
+     * pack-column cp are cp, cp + q, ..., so column c's partials are red[c + p * inner] */
+    const int parts = nt / g.q; /* >= 4: plan_slab */
+    for (int c = t; c < g.inner; c += nt) {
+        float a[4][K], b[K];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int k = 0; k < K; k++)
+                a[i][k] = red[k * plane + c + i * g.inner];
+        int p = 4;
+        for (; p + 4 <= parts; p += 4)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+#pragma unroll
+                for (int k = 0; k < K; k++)
+                    b[k] = red[k * plane + c + (p + i) * g.inner];
+                op(a[i], b);
+            }
+        for (; p < parts; p++) {
+#pragma unroll
+            for (int k = 0; k < K; k++)
+                b[k] = red[k * plane + c + p * g.inner];
+            op(a[0], b);
+        }
+        op(a[0], a[1]);
+        op(a[2], a[3]);
+        op(a[0], a[2]);
+#pragma unroll
+        for (int k = 0; k < K; k++)
+            col[k * g.inner + c] = a[0][k];
+    }
+    __syncthreads();
+    const float *res = col;
+    if (g.cluster > 1) {
+        /* the cluster's blocks in rank order, one column a thread, into fin; each thread then
+         * reads its columns from its own block (a thread holding v across C remote reads of
+         * its VEC columns spilled: 30 bytes at 16-bit 8 packs) */
+        cg::cluster_group cl = cg::this_cluster();
+        cl.sync(); /* every block's col is written */
+        for (int c = t; c < g.inner; c += nt) {
+            float a[K], b[K];
+#pragma unroll
+            for (int k = 0; k < K; k++)
+                a[k] = *cl.map_shared_rank(col + k * g.inner + c, 0);
+            for (int r = 1; r < g.cluster; r++) {
+#pragma unroll
+                for (int k = 0; k < K; k++)
+                    b[k] = *cl.map_shared_rank(col + k * g.inner + c, r);
+                op(a, b);
+            }
+#pragma unroll
+            for (int k = 0; k < K; k++)
+                fin[k * g.inner + c] = a[k];
+        }
+        __syncthreads();
+        res = fin;
+    }
+#pragma unroll
+    for (int k = 0; k < K; k++)
+#pragma unroll
+        for (int i = 0; i < VEC / 4; i++) {
+            const float4 w = reinterpret_cast<const float4 *>(res + k * g.inner + cp * VEC)[i];
+            v[k][4 * i] = w.x;
+            v[k][4 * i + 1] = w.y;
+            v[k][4 * i + 2] = w.z;
+            v[k][4 * i + 3] = w.w;
+        }
+}
+
+/* Between passes over the packs: the words look rewritten, so the compiler widens them again
+ * in the next pass instead of keeping every widened element live across an all-reduce (as
+ * axis_pack::fence). */
+template <class R> __device__ __forceinline__ void slab_fence(R &v)
+{
+#pragma unroll
+    for (int i = 0; i < R::kWords; i++)
+        asm volatile("" : "+r"(v.w[i]));
+}
+
+/*
+ * One slab per block (g.cluster == 1) or per cluster of g.cluster blocks; PACKS packs of 16 bytes
+ * per thread, kept in registers (16-bit packs as words, widened on use). Every thread holds at
+ * least PACKS - 1 packs (the plan takes PACKS = ceil(packs / G)), so none is empty. The exps are
+ * taken again for the output rather than kept: 8 per pack would not fit the registers.
+ */
+template <typename T, int PACKS, bool LOG>
+__global__ void __launch_bounds__(slab_policy::max_threads, 1024 / slab_policy::max_threads)
+softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
+{
+    constexpr int VEC = 16 / (int)sizeof(T);
+    constexpr int K = slab_online::K;
+    __shared__ __align__(16) float red[K * slab_policy::max_threads * VEC];
+    __shared__ __align__(16) float col[K * slab_policy::max_q * VEC];
+    __shared__ __align__(16) float fin[K * slab_policy::max_q * VEC];
+    unsigned rank = 0;
+    if (g.cluster > 1)
+        rank = cg::this_cluster().block_rank();
+    const int64_t o = blockIdx.x / g.cluster;
+    const int gt = (int)(rank * blockDim.x + threadIdx.x), G = g.cluster * (int)blockDim.x;
+    const int cp = gt % g.q;
+    /* pack i of this thread: gt + i * G of the slab (an int: max_cluster * max_threads * 8 at
+     * most) */
+    const uint4 *xs = reinterpret_cast<const uint4 *>(x + o * g.slab);
+    uint4 *ys = reinterpret_cast<uint4 *>(y + o * g.slab);
+    const int n = min(PACKS, (g.packs - gt + G - 1) / G); /* this thread's packs: PACKS - 1 or more */
+
+    nd_regrow<T, PACKS * VEC> v;
+#pragma unroll
+    for (int i = 0; i < PACKS; i++)
+        if (i < n) {
+            const uint4 w = __ldcs(xs + gt + i * G);
+            v.w[4 * i] = w.x;
+            v.w[4 * i + 1] = w.y;
+            v.w[4 * i + 2] = w.z;
+            v.w[4 * i + 3] = w.w;
+        }
+    /* One all-reduce of (max, sum) pairs, each thread's sums taken against its own max. Two
+     * (the column max, then the sums against it), which keep only 8 floats of state live across
+     * each, measured slower on an H100: (512,896,4,12) float16 72% of the copy ceiling against
+     * 74, float32 79-80 against 83-84. */
+    float ms[2][VEC];
+    float (&m)[VEC] = ms[0], (&s)[VEC] = ms[1];
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        m[j] = v.get(j); /* n >= 1 */
+#pragma unroll
+        for (int i = 1; i < PACKS; i++)
+            if (i < n)
+                m[j] = fmaxf(m[j], v.get(i * VEC + j));
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        s[j] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PACKS; i++)
+            if (i < n)
+                s[j] += exp_le0(v.get(i * VEC + j) - m[j]);
+    }
+    slab_fence(v);
+    slab_allreduce<VEC>(ms, red, col, fin, g, cp, slab_online());
+#pragma unroll
+    for (int j = 0; j < VEC; j++)
+        s[j] = LOG ? logf(s[j]) : 1.0f / s[j];
+#pragma unroll
+    for (int i = 0; i < PACKS; i++)
+        if (i < n) {
+            float out[VEC];
+#pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                const float d = v.get(i * VEC + j) - m[j];
+                out[j] = LOG ? d - s[j] : exp_le0(d) * s[j];
+            }
+            nd_store_pack_stream<T, VEC>(reinterpret_cast<T *>(ys + gt + i * G), out);
+        }
+    if (g.cluster > 1)
+        cg::this_cluster().sync(); /* no block leaves while another still reads its col */
+}
+
 /* ------------------------------------------------------------------------------------------- */
 /* launchers                                                                                     */
 /* ------------------------------------------------------------------------------------------- */
@@ -712,6 +966,93 @@ static cudaError_t launch_rows(const axis_plan &pl, const void *x, void *y, int 
     }
 }
 
+/*
+ * The slab plan (softmax_axis_slab), or false where the column plan is the choice: x and y on the
+ * 16-byte grid with whole packs in an inner row; a block of a multiple of lcm(32, q) threads (so
+ * every pack of a thread is in its columns, and blocks are whole warps); the fewest blocks per
+ * slab (up to a cluster of 8) that hold it at max_packs a thread, leaving at least min_packs; and
+ * enough slabs to give every SM fill_blocks_per_sm blocks.
+ */
+static bool plan_slab(const nd_softmax_args *a, size_t es, int sms, slab_geom *g, int *threads,
+                      int *packs)
+{
+    typedef slab_policy pol;
+    const int vec = 16 / (int)es;
+    if (!ND_AXIS_SLAB || a->inner % vec != 0 || (((uintptr_t)a->x | (uintptr_t)a->y) & 15) != 0)
+        return false;
+    const int64_t q = a->inner / vec;
+    if (q > pol::max_q)
+        return false;
+    int64_t l = 32; /* lcm(32, q) */
+    while (l % q != 0)
+        l += 32;
+    if (l > pol::max_threads)
+        return false;
+    const int nt = (int)(pol::max_threads / l * l);
+    if (nt / q < 4) /* slab_allreduce combines a column's partials four at a time */
+        return false;
+    const int64_t S = a->dim * q;
+    for (int c = 1; c <= pol::max_cluster; c++) {
+        const int64_t G = (int64_t)c * nt;
+        if (S > G * pol::max_packs(es))
+            continue;
+        const int64_t p = cdiv(S, G);
+        if (p < pol::min_packs || a->outer * c < (int64_t)sms * pol::fill_blocks_per_sm ||
+            a->outer * c > 0x7fffffff)
+            return false;
+        g->slab = a->dim * a->inner;
+        g->inner = (int)a->inner;
+        g->q = (int)q;
+        g->packs = (int)S;
+        g->cluster = c;
+        *threads = nt;
+        *packs = (int)p;
+        return true;
+    }
+    return false;
+}
+
+template <typename T, int PACKS>
+static cudaError_t launch_slab_packs(const slab_geom &g, int threads, int64_t outer, const void *x,
+                                     void *y, int log, cudaStream_t stream)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    cfg.gridDim = dim3((unsigned)(outer * g.cluster));
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.stream = stream;
+    if (g.cluster > 1) {
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = g.cluster;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+    }
+    if (log)
+        return cudaLaunchKernelEx(&cfg, softmax_axis_slab<T, PACKS, true>, (const T *)x, (T *)y, g);
+    return cudaLaunchKernelEx(&cfg, softmax_axis_slab<T, PACKS, false>, (const T *)x, (T *)y, g);
+}
+
+template <typename T>
+static cudaError_t launch_slab(const slab_geom &g, int threads, int packs, int64_t outer,
+                               const void *x, void *y, int log, cudaStream_t stream)
+{
+    constexpr int PMAX = slab_policy::max_packs(sizeof(T));
+    static_assert(slab_policy::min_packs == 4 && PMAX <= 8, "the cases below");
+    switch (packs) {
+    case 4: return launch_slab_packs<T, 4>(g, threads, outer, x, y, log, stream);
+    case 5: return launch_slab_packs<T, 5>(g, threads, outer, x, y, log, stream);
+    case 6: return launch_slab_packs<T, 6>(g, threads, outer, x, y, log, stream);
+    case 7: return launch_slab_packs<T, 7>(g, threads, outer, x, y, log, stream);
+    case 8:
+        if constexpr (PMAX >= 8)
+            return launch_slab_packs<T, (PMAX >= 8 ? 8 : 4)>(g, threads, outer, x, y, log, stream);
+        return cudaErrorInvalidValue;
+    default: return cudaErrorInvalidValue;
+    }
+}
+
 template <typename T>
 static cudaError_t launch_typed(const axis_plan &pl, const void *x, void *y, int log,
                                 cudaStream_t stream)
@@ -722,6 +1063,33 @@ static cudaError_t launch_typed(const axis_plan &pl, const void *x, void *y, int
     if (P4 > 1 && pl.pack == P4)
         return launch_rows<T, (P4 > 1 ? P4 : 1)>(pl, x, y, log, stream);
     return launch_rows<T, 1>(pl, x, y, log, stream);
+}
+
+/* One call's launch: the slab plan where it applies, else the column plan. */
+static cudaError_t launch_axis(const nd_softmax_args *a, int log, int sms, cudaStream_t stream)
+{
+    const size_t es = nd_dtype_size(a->dtype);
+    slab_geom sg;
+    int threads = 0, packs = 0;
+    if (plan_slab(a, es, sms, &sg, &threads, &packs)) {
+        ND_PLAN("axis slab packs=%d block=%d cluster=%d grid=%lld", packs, threads, sg.cluster,
+                (long long)(a->outer * sg.cluster));
+        switch (a->dtype) {
+        case ND_FLOAT16: return launch_slab<__half>(sg, threads, packs, a->outer, a->x, a->y, log, stream);
+        case ND_BFLOAT16:
+            return launch_slab<__nv_bfloat16>(sg, threads, packs, a->outer, a->x, a->y, log, stream);
+        default: return launch_slab<float>(sg, threads, packs, a->outer, a->x, a->y, log, stream);
+        }
+    }
+    axis_plan pl = plan_axis(a, es, sms);
+    ND_PLAN("axis %s pack=%d rows=%d block=%ux%ux%u grid=%ux%u cluster=%d",
+            pl.rows ? "cached" : "split", pl.pack, pl.rows, pl.block.x, pl.block.y, pl.block.z,
+            pl.grid.x, pl.grid.y, pl.g.cluster);
+    switch (a->dtype) {
+    case ND_FLOAT16: return launch_typed<__half>(pl, a->x, a->y, log != 0, stream);
+    case ND_BFLOAT16: return launch_typed<__nv_bfloat16>(pl, a->x, a->y, log != 0, stream);
+    default: return launch_typed<float>(pl, a->x, a->y, log != 0, stream);
+    }
 }
 
 } /* namespace */
@@ -736,16 +1104,7 @@ nd_status nd_cuda_softmax_axis(const nd_softmax_args *a, int log, cudaStream_t s
     st = nd_cuda_device_info_get(&di, err);
     if (st != ND_OK)
         return st;
-    axis_plan pl = plan_axis(a, nd_dtype_size(a->dtype), di->sm_count);
-    ND_PLAN("axis %s pack=%d rows=%d block=%ux%ux%u grid=%ux%u cluster=%d",
-            pl.rows ? "cached" : "split", pl.pack, pl.rows, pl.block.x, pl.block.y, pl.block.z,
-            pl.grid.x, pl.grid.y, pl.g.cluster);
-    cudaError_t ce;
-    switch (a->dtype) {
-    case ND_FLOAT16: ce = launch_typed<__half>(pl, a->x, a->y, log != 0, stream); break;
-    case ND_BFLOAT16: ce = launch_typed<__nv_bfloat16>(pl, a->x, a->y, log != 0, stream); break;
-    default: ce = launch_typed<float>(pl, a->x, a->y, log != 0, stream); break;
-    }
+    cudaError_t ce = launch_axis(a, log, di->sm_count, stream);
     if (ce == cudaSuccess)
         ce = cudaGetLastError();
     if (ce != cudaSuccess)

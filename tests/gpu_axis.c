@@ -151,6 +151,32 @@ Test(gpu_axis, softmax_fixed_shapes)
     check_softmax_all(2, 9, 1, 1, &rng, "offset by one element, inner 1");
 }
 
+/* Shapes the slab kernel takes (a short inner extent, enough outer indices to fill the GPU): one
+ * block per slab, clusters of 2 and 3 blocks, threads with one pack fewer than others; the plan
+ * trace shows the path was taken for every dtype. */
+Test(gpu_axis, softmax_slab_shapes)
+{
+    need_device();
+    uint64_t rng = 0x5eed0003;
+    static const struct {
+        int64_t outer, dim, inner;
+    } shapes[] = {{400, 333, 48}, {300, 1000, 40}, {300, 512, 64}, {320, 896, 48}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int d = 0; d < 3; d++)
+            for (int log_ = 0; log_ < 2; log_++) {
+                char what[96];
+                snprintf(what, sizeof what, "slab (%lld,%lld,%lld)", (long long)shapes[i].outer,
+                         (long long)shapes[i].dim, (long long)shapes[i].inner);
+                nd_cuda_plan_trace(1);
+                check_softmax(all_dtypes[d], log_, shapes[i].outer, shapes[i].dim, shapes[i].inner,
+                              0, &rng, what);
+                nd_cuda_plan_trace(0);
+                cr_expect(strncmp(nd_cuda_last_plan(), "axis slab ", 10) == 0,
+                          "%s %s: plan \"%s\", expected the slab kernel", what,
+                          nd_dtype_name(all_dtypes[d]), nd_cuda_last_plan());
+            }
+}
+
 /* Random shapes of rank 2-5, every axis of each. */
 Test(gpu_axis, softmax_random_shapes)
 {
