@@ -778,6 +778,164 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
         cg::this_cluster().sync(); /* no block leaves while another still reads its col */
 }
 
+/*
+ * Long slabs: a short inner extent whose slabs do not fit a cluster's registers, or too few of
+ * them to fill the GPU, as (8,32768,64) over axis 1. Where the column plan would cut such
+ * columns into segments and read x twice (softmax_axis_stats / apply), the slab's own segments
+ * do the same with the slab layout: each segment of seg_packs consecutive packs is one block,
+ * each thread walking packs t, t + nt, ... of it (seg_packs and nt multiples of q, so still
+ * always in the same VEC columns), ND_AXIS_SLAB_UNROLL 16-byte loads in flight. Three launches:
+ *   softmax_axis_slab_stats  each segment's (max, sum) per column into `part`
+ *   softmax_axis_slab_merge  a slab's segments merged in a fixed order, one warp a column,
+ *                            into (max, log(sum) or 1/sum) in `fin`
+ *   softmax_axis_slab_apply  x read again (from L2 where it still is) and y written
+ * H100, three alternating rounds against the column plan's split path (bench/results/
+ * axis_slab_split_h100.txt): (8,32768,64) ax1 16-bit 42-43% of the copy ceiling -> 54-55,
+ * float32 52 -> 59. Segments for 1, 2 or 4 waves of blocks: within a point.
+ */
+#ifndef ND_AXIS_SLAB_SPLIT /* 0: never take the two-pass slab path (A/B runs) */
+#define ND_AXIS_SLAB_SPLIT 1
+#endif
+#ifndef ND_AXIS_SLAB_SPLIT_WAVES /* segments: enough for this many waves of blocks */
+#define ND_AXIS_SLAB_SPLIT_WAVES 2
+#endif
+#ifndef ND_AXIS_SLAB_UNROLL /* packs a thread loads at once in the two-pass slab kernels */
+#define ND_AXIS_SLAB_UNROLL 8
+#endif
+
+template <typename T>
+__global__ void __launch_bounds__(slab_policy::max_threads, 1024 / slab_policy::max_threads)
+softmax_axis_slab_stats(const T *__restrict__ x, float *__restrict__ part, slab_geom g, int nseg,
+                        int seg_packs)
+{
+    constexpr int VEC = 16 / (int)sizeof(T), U = ND_AXIS_SLAB_UNROLL, K = slab_online::K;
+    __shared__ __align__(16) float red[K * slab_policy::max_threads * VEC];
+    __shared__ __align__(16) float col[K * slab_policy::max_q * VEC];
+    const int64_t o = blockIdx.x / nseg;
+    const int seg = (int)(blockIdx.x - o * nseg), t = threadIdx.x, nt = blockDim.x;
+    const int p1 = min(g.packs, (seg + 1) * seg_packs);
+    const uint4 *xs = reinterpret_cast<const uint4 *>(x + o * g.slab);
+    float ms[2][VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        ms[0][j] = -INFINITY;
+        ms[1][j] = 0.0f;
+    }
+    for (int p = seg * seg_packs + t; p < p1; p += U * nt) {
+        nd_regrow<T, U * VEC> v;
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (p + u * nt < p1) {
+                const uint4 w = __ldcs(xs + p + u * nt);
+                v.w[4 * u] = w.x;
+                v.w[4 * u + 1] = w.y;
+                v.w[4 * u + 2] = w.z;
+                v.w[4 * u + 3] = w.w;
+            }
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            float b[2] = {-INFINITY, 0.0f};
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (p + u * nt < p1)
+                    b[0] = fmaxf(b[0], v.get(u * VEC + j));
+            if (b[0] == -INFINITY)
+                continue;
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (p + u * nt < p1)
+                    b[1] += exp_le0(v.get(u * VEC + j) - b[0]);
+            float a[2] = {ms[0][j], ms[1][j]};
+            slab_online()(a, b);
+            ms[0][j] = a[0];
+            ms[1][j] = a[1];
+        }
+    }
+    slab_geom one = g;
+    one.cluster = 1;
+    slab_allreduce<VEC>(ms, red, col, col, one, t % g.q, slab_online());
+    /* col holds the block's pair for every column (slab_allreduce's last barrier passed) */
+    for (int c = t; c < g.inner; c += nt)
+#pragma unroll
+        for (int k = 0; k < K; k++)
+            part[((o * nseg + seg) * K + k) * g.inner + c] = col[k * g.inner + c];
+}
+
+/* One warp a column (blockIdx.y * warps + warp of slab blockIdx.x): lane l merges segments l,
+ * l + 32, ... in order, then a shuffle tree in lane order, so the result does not depend on
+ * timing. (One thread a column walking every segment in turn waited an L2 round trip per
+ * segment: 132 segments took longer than the two passes over x.) */
+template <bool LOG>
+__global__ void softmax_axis_slab_merge(const float *__restrict__ part, float *__restrict__ fin,
+                                        int inner, int nseg)
+{
+    const int64_t o = blockIdx.x;
+    const int c = (int)(blockIdx.y * (blockDim.x / 32) + threadIdx.x / 32), lane = threadIdx.x & 31;
+    if (c >= inner) /* the whole warp */
+        return;
+    float a[2] = {-INFINITY, 0.0f};
+    for (int seg = lane; seg < nseg; seg += 32) {
+        const float *p = part + (o * nseg + seg) * 2 * inner + c;
+        const float b[2] = {p[0], p[inner]};
+        slab_online()(a, b);
+    }
+    const int n = nseg < 32 ? nseg : 32;
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+        const float b[2] = {__shfl_down_sync(0xffffffffu, a[0], off),
+                            __shfl_down_sync(0xffffffffu, a[1], off)};
+        if (lane + off < n)
+            slab_online()(a, b);
+    }
+    if (lane == 0) {
+        fin[o * 2 * inner + c] = a[0];
+        fin[o * 2 * inner + inner + c] = LOG ? logf(a[1]) : 1.0f / a[1];
+    }
+}
+
+template <typename T, bool LOG>
+__global__ void __launch_bounds__(slab_policy::max_threads, 1024 / slab_policy::max_threads)
+softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float *__restrict__ fin,
+                        slab_geom g, int nseg, int seg_packs)
+{
+    constexpr int VEC = 16 / (int)sizeof(T), U = ND_AXIS_SLAB_UNROLL;
+    const int64_t o = blockIdx.x / nseg;
+    const int seg = (int)(blockIdx.x - o * nseg), t = threadIdx.x, nt = blockDim.x;
+    const int p1 = min(g.packs, (seg + 1) * seg_packs);
+    const uint4 *xs = reinterpret_cast<const uint4 *>(x + o * g.slab);
+    uint4 *ys = reinterpret_cast<uint4 *>(y + o * g.slab);
+    float m[VEC], f[VEC]; /* the column's max, and log(sum) or 1/sum */
+    const float *fm = fin + o * 2 * g.inner + (t % g.q) * VEC;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        m[j] = fm[j];
+        f[j] = fm[g.inner + j];
+    }
+    for (int p = seg * seg_packs + t; p < p1; p += U * nt) {
+        nd_regrow<T, U * VEC> v;
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (p + u * nt < p1) {
+                const uint4 w = __ldcs(xs + p + u * nt);
+                v.w[4 * u] = w.x;
+                v.w[4 * u + 1] = w.y;
+                v.w[4 * u + 2] = w.z;
+                v.w[4 * u + 3] = w.w;
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (p + u * nt < p1) {
+                float out[VEC];
+#pragma unroll
+                for (int j = 0; j < VEC; j++) {
+                    const float d = v.get(u * VEC + j) - m[j];
+                    out[j] = LOG ? d - f[j] : exp_le0(d) * f[j];
+                }
+                nd_store_pack_stream<T, VEC>(reinterpret_cast<T *>(ys + p + u * nt), out);
+            }
+    }
+}
+
 /* ------------------------------------------------------------------------------------------- */
 /* launchers                                                                                     */
 /* ------------------------------------------------------------------------------------------- */
@@ -967,31 +1125,50 @@ static cudaError_t launch_rows(const axis_plan &pl, const void *x, void *y, int 
 }
 
 /*
- * The slab plan (softmax_axis_slab), or false where the column plan is the choice: x and y on the
- * 16-byte grid with whole packs in an inner row; a block of a multiple of lcm(32, q) threads (so
- * every pack of a thread is in its columns, and blocks are whole warps); the fewest blocks per
- * slab (up to a cluster of 8) that hold it at max_packs a thread, leaving at least min_packs; and
- * enough slabs to give every SM fill_blocks_per_sm blocks.
+ * The slab layout's block for these tensors (see softmax_axis_slab): x and y on the 16-byte grid
+ * with whole packs in an inner row, and a block of a multiple of lcm(32, q) threads (so every
+ * pack of a thread is in its columns, and blocks are whole warps) with at least 4 threads a
+ * column. Returns the block's threads and fills g (one block a slab), or 0 where the layout does
+ * not apply.
+ */
+static int slab_layout(const nd_softmax_args *a, size_t es, slab_geom *g)
+{
+    typedef slab_policy pol;
+    const int vec = 16 / (int)es;
+    if (!ND_AXIS_SLAB || a->inner % vec != 0 || (((uintptr_t)a->x | (uintptr_t)a->y) & 15) != 0)
+        return 0;
+    const int64_t q = a->inner / vec;
+    if (q > pol::max_q || a->dim * q > 0x7fffffff)
+        return 0;
+    int64_t l = 32; /* lcm(32, q) */
+    while (l % q != 0)
+        l += 32;
+    if (l > pol::max_threads)
+        return 0;
+    const int nt = (int)(pol::max_threads / l * l);
+    if (nt / q < 4) /* slab_allreduce combines a column's partials four at a time */
+        return 0;
+    g->slab = a->dim * a->inner;
+    g->inner = (int)a->inner;
+    g->q = (int)q;
+    g->packs = (int)(a->dim * q);
+    g->cluster = 1;
+    return nt;
+}
+
+/*
+ * The slab plan (softmax_axis_slab), or false where another is the choice: the slab layout, the
+ * fewest blocks per slab (up to a cluster of 8) that hold it at max_packs a thread, leaving at
+ * least min_packs, and enough slabs to give every SM fill_blocks_per_sm blocks.
  */
 static bool plan_slab(const nd_softmax_args *a, size_t es, int sms, slab_geom *g, int *threads,
                       int *packs)
 {
     typedef slab_policy pol;
-    const int vec = 16 / (int)es;
-    if (!ND_AXIS_SLAB || a->inner % vec != 0 || (((uintptr_t)a->x | (uintptr_t)a->y) & 15) != 0)
+    const int nt = slab_layout(a, es, g);
+    if (nt == 0)
         return false;
-    const int64_t q = a->inner / vec;
-    if (q > pol::max_q)
-        return false;
-    int64_t l = 32; /* lcm(32, q) */
-    while (l % q != 0)
-        l += 32;
-    if (l > pol::max_threads)
-        return false;
-    const int nt = (int)(pol::max_threads / l * l);
-    if (nt / q < 4) /* slab_allreduce combines a column's partials four at a time */
-        return false;
-    const int64_t S = a->dim * q;
+    const int64_t S = g->packs;
     for (int c = 1; c <= pol::max_cluster; c++) {
         const int64_t G = (int64_t)c * nt;
         if (S > G * pol::max_packs(es))
@@ -1000,16 +1177,77 @@ static bool plan_slab(const nd_softmax_args *a, size_t es, int sms, slab_geom *g
         if (p < pol::min_packs || a->outer * c < (int64_t)sms * pol::fill_blocks_per_sm ||
             a->outer * c > 0x7fffffff)
             return false;
-        g->slab = a->dim * a->inner;
-        g->inner = (int)a->inner;
-        g->q = (int)q;
-        g->packs = (int)S;
         g->cluster = c;
         *threads = nt;
         *packs = (int)p;
         return true;
     }
     return false;
+}
+
+/* The two-pass slab plan (softmax_axis_slab_stats / merge / apply): segments of whole blocks'
+ * strides, enough of them for two waves of blocks, each thread at least ND_AXIS_SLAB_UNROLL
+ * packs. */
+struct slab_split {
+    int threads, nseg, seg_packs;
+};
+
+static bool plan_slab_split(const nd_softmax_args *a, size_t es, int sms, slab_geom *g,
+                            slab_split *sp)
+{
+    const int nt = slab_layout(a, es, g);
+    if (nt == 0)
+        return false;
+    const int64_t S = g->packs;
+    int64_t nseg = cdiv((int64_t)sms * (1024 / nt) * ND_AXIS_SLAB_SPLIT_WAVES, a->outer);
+    nseg = std::max((int64_t)1, std::min(nseg, cdiv(S, (int64_t)nt * ND_AXIS_SLAB_UNROLL)));
+    const int64_t seg_packs = cdiv(cdiv(S, nseg), nt) * nt;
+    nseg = cdiv(S, seg_packs);
+    if (a->outer * nseg > 0x7fffffff)
+        return false;
+    sp->threads = nt;
+    sp->nseg = (int)nseg;
+    sp->seg_packs = (int)seg_packs;
+    return true;
+}
+
+/* The two-pass slab path's three launches around a stream-ordered workspace: each segment's
+ * pairs, then each column's (max, log(sum) or 1/sum). */
+template <typename T>
+static cudaError_t launch_slab_split(const slab_geom &g, const slab_split &sp, int64_t outer,
+                                     const void *x, void *y, int log, cudaStream_t stream)
+{
+    const size_t npart = (size_t)outer * sp.nseg * 2 * g.inner;
+    float *ws = NULL;
+    cudaError_t ce = cudaMallocAsync((void **)&ws, (npart + (size_t)outer * 2 * g.inner) * sizeof(float),
+                                     stream);
+    if (ce != cudaSuccess)
+        return ce;
+    const unsigned grid = (unsigned)(outer * sp.nseg);
+    const dim3 merge_grid((unsigned)outer, (unsigned)cdiv(g.inner, 8)); /* 8 warps a block */
+    softmax_axis_slab_stats<T><<<grid, sp.threads, 0, stream>>>((const T *)x, ws, g, sp.nseg,
+                                                               sp.seg_packs);
+    ce = cudaGetLastError();
+    if (ce == cudaSuccess) {
+        if (log)
+            softmax_axis_slab_merge<true><<<merge_grid, 256, 0, stream>>>(
+                ws, ws + npart, g.inner, sp.nseg);
+        else
+            softmax_axis_slab_merge<false><<<merge_grid, 256, 0, stream>>>(
+                ws, ws + npart, g.inner, sp.nseg);
+        ce = cudaGetLastError();
+    }
+    if (ce == cudaSuccess) {
+        if (log)
+            softmax_axis_slab_apply<T, true><<<grid, sp.threads, 0, stream>>>(
+                (const T *)x, (T *)y, ws + npart, g, sp.nseg, sp.seg_packs);
+        else
+            softmax_axis_slab_apply<T, false><<<grid, sp.threads, 0, stream>>>(
+                (const T *)x, (T *)y, ws + npart, g, sp.nseg, sp.seg_packs);
+        ce = cudaGetLastError();
+    }
+    cudaError_t fe = cudaFreeAsync(ws, stream);
+    return ce != cudaSuccess ? ce : fe;
 }
 
 template <typename T, int PACKS>
@@ -1082,6 +1320,18 @@ static cudaError_t launch_axis(const nd_softmax_args *a, int log, int sms, cudaS
         }
     }
     axis_plan pl = plan_axis(a, es, sms);
+    slab_split sp;
+    if (pl.rows == 0 && ND_AXIS_SLAB_SPLIT && plan_slab_split(a, es, sms, &sg, &sp)) {
+        /* the column plan would read x twice too: the slab layout's segments do it faster */
+        ND_PLAN("axis slab-split block=%d segments=%d seg_packs=%d grid=%lld", sp.threads, sp.nseg,
+                sp.seg_packs, (long long)(a->outer * sp.nseg));
+        switch (a->dtype) {
+        case ND_FLOAT16: return launch_slab_split<__half>(sg, sp, a->outer, a->x, a->y, log, stream);
+        case ND_BFLOAT16:
+            return launch_slab_split<__nv_bfloat16>(sg, sp, a->outer, a->x, a->y, log, stream);
+        default: return launch_slab_split<float>(sg, sp, a->outer, a->x, a->y, log, stream);
+        }
+    }
     ND_PLAN("axis %s pack=%d rows=%d block=%ux%ux%u grid=%ux%u cluster=%d",
             pl.rows ? "cached" : "split", pl.pack, pl.rows, pl.block.x, pl.block.y, pl.block.z,
             pl.grid.x, pl.grid.y, pl.g.cluster);

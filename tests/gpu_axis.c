@@ -151,17 +151,24 @@ Test(gpu_axis, softmax_fixed_shapes)
     check_softmax_all(2, 9, 1, 1, &rng, "offset by one element, inner 1");
 }
 
-/* Shapes the slab kernel takes (a short inner extent, enough outer indices to fill the GPU): one
- * block per slab (16-bit (300,200,64)), clusters of 2 to 8 blocks, blocks of 160, 192 and 256
- * threads, threads with one pack fewer than others; the plan trace shows the path was taken for
- * every dtype. */
+/* Shapes the slab kernels take (a short inner extent): the one-pass kernel with enough outer
+ * indices to fill the GPU (one block per slab at 16-bit (300,200,64), clusters of 2 to 8 blocks,
+ * blocks of 160, 192 and 256 threads, threads with one pack fewer than others), and the two-pass
+ * segments where the columns are too long for a cluster (a last segment shorter than the others,
+ * inner 8 and 24, outer 1); the plan trace shows the path was taken for every dtype. */
 Test(gpu_axis, softmax_slab_shapes)
 {
     need_device();
     uint64_t rng = 0x5eed0003;
     static const struct {
         int64_t outer, dim, inner;
-    } shapes[] = {{300, 200, 64}, {400, 333, 48}, {300, 1000, 40}, {300, 512, 64}, {320, 896, 48}};
+        const char *plan;
+    } shapes[] = {
+        {300, 200, 64, "axis slab "},       {400, 333, 48, "axis slab "},
+        {300, 1000, 40, "axis slab "},      {300, 512, 64, "axis slab "},
+        {320, 896, 48, "axis slab "},       {2, 32768, 64, "axis slab-split "},
+        {5, 9999, 24, "axis slab-split "},  {1, 70000, 8, "axis slab-split "},
+    };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int d = 0; d < 3; d++)
             for (int log_ = 0; log_ < 2; log_++) {
@@ -172,9 +179,9 @@ Test(gpu_axis, softmax_slab_shapes)
                 check_softmax(all_dtypes[d], log_, shapes[i].outer, shapes[i].dim, shapes[i].inner,
                               0, &rng, what);
                 nd_cuda_plan_trace(0);
-                cr_expect(strncmp(nd_cuda_last_plan(), "axis slab ", 10) == 0,
-                          "%s %s: plan \"%s\", expected the slab kernel", what,
-                          nd_dtype_name(all_dtypes[d]), nd_cuda_last_plan());
+                cr_expect(strncmp(nd_cuda_last_plan(), shapes[i].plan, strlen(shapes[i].plan)) == 0,
+                          "%s %s: plan \"%s\", expected \"%s...\"", what,
+                          nd_dtype_name(all_dtypes[d]), nd_cuda_last_plan(), shapes[i].plan);
             }
 }
 
