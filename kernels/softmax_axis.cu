@@ -61,6 +61,11 @@
  *     row at once, and a block computes nothing until its whole tile has arrived: ncu on the
  *     float16 (32,1000,56,56) run showed 3 blocks (37.5% occupancy) per SM, DRAM 44% busy.
  *     96 KiB tiles, or no shared-memory carveout request, changed nothing.
+ *   - One all-reduce of (max, sum) pairs (op_online, as the slab kernel makes) in the register
+ *     kernel's tree and cluster combine, instead of a max and a sum all-reduce (H100, three
+ *     alternating rounds): (32,1000,56,56) float32 77.5 -> 81% of the copy ceiling and 16-bit
+ *     (65536,8,128) softmax 90 -> 92, but (128,128,16,16) float32 88 -> 82 (log_softmax 82 -> 68),
+ *     (65536,8,128) float32 98 -> 82-92 and (32,1000,56,56) 16-bit 58-60 -> 56-58.
  */
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -215,6 +220,19 @@ struct op_max {
 };
 struct op_add {
     __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+/* (max, sum of exp(x - max)) pairs, combined in place by the online softmax's merge rule
+ * (seed 001); a part with no elements is (-inf, 0). */
+struct op_online {
+    static constexpr int K = 2;
+    __device__ __forceinline__ void operator()(float (&a)[2], const float (&b)[2]) const
+    {
+        const float m = fmaxf(a[0], b[0]);
+        if (m == -INFINITY)
+            return;
+        a[1] = a[1] * exp_le0(a[0] - m) + b[1] * exp_le0(b[0] - m);
+        a[0] = m;
+    }
 };
 
 /*
@@ -582,20 +600,6 @@ struct slab_geom {
     int cluster;  /* blocks per slab */
 };
 
-/* The merge for slab_allreduce: a column's (max, sum of exp(x - max)) pairs combined by the
- * online softmax's rule (seed 001), in place; a part with no elements is (-inf, 0). */
-struct slab_online {
-    static constexpr int K = 2;
-    __device__ __forceinline__ void operator()(float (&a)[2], const float (&b)[2]) const
-    {
-        const float m = fmaxf(a[0], b[0]);
-        if (m == -INFINITY)
-            return;
-        a[1] = a[1] * exp_le0(a[0] - m) + b[1] * exp_le0(b[0] - m);
-        a[0] = m;
-    }
-};
-
 /*
  * All-reduce, per column, over the threads of a slab that share the column: v[k][j] is this
  * thread's partial k (of Op::K) for column cp * VEC + j. `red` holds Op::K * blockDim.x * VEC
@@ -710,7 +714,7 @@ __global__ void __launch_bounds__(slab_policy::max_threads, 1024 / slab_policy::
 softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
 {
     constexpr int VEC = 16 / (int)sizeof(T);
-    constexpr int K = slab_online::K;
+    constexpr int K = op_online::K;
     __shared__ __align__(16) float red[K * slab_policy::max_threads * VEC];
     __shared__ __align__(16) float col[K * slab_policy::max_q * VEC];
     __shared__ __align__(16) float fin[K * slab_policy::max_q * VEC];
@@ -759,7 +763,7 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
                 s[j] += exp_le0(v.get(i * VEC + j) - m[j]);
     }
     slab_fence(v);
-    slab_allreduce<VEC>(ms, red, col, fin, g, cp, slab_online());
+    slab_allreduce<VEC>(ms, red, col, fin, g, cp, op_online());
 #pragma unroll
     for (int j = 0; j < VEC; j++)
         s[j] = LOG ? logf(s[j]) : 1.0f / s[j];
@@ -808,7 +812,7 @@ __global__ void __launch_bounds__(slab_policy::max_threads, 1024 / slab_policy::
 softmax_axis_slab_stats(const T *__restrict__ x, float *__restrict__ part, slab_geom g, int nseg,
                         int seg_packs)
 {
-    constexpr int VEC = 16 / (int)sizeof(T), U = ND_AXIS_SLAB_UNROLL, K = slab_online::K;
+    constexpr int VEC = 16 / (int)sizeof(T), U = ND_AXIS_SLAB_UNROLL, K = op_online::K;
     __shared__ __align__(16) float red[K * slab_policy::max_threads * VEC];
     __shared__ __align__(16) float col[K * slab_policy::max_q * VEC];
     const int64_t o = blockIdx.x / nseg;
@@ -846,14 +850,14 @@ softmax_axis_slab_stats(const T *__restrict__ x, float *__restrict__ part, slab_
                 if (p + u * nt < p1)
                     b[1] += exp_le0(v.get(u * VEC + j) - b[0]);
             float a[2] = {ms[0][j], ms[1][j]};
-            slab_online()(a, b);
+            op_online()(a, b);
             ms[0][j] = a[0];
             ms[1][j] = a[1];
         }
     }
     slab_geom one = g;
     one.cluster = 1;
-    slab_allreduce<VEC>(ms, red, col, col, one, t % g.q, slab_online());
+    slab_allreduce<VEC>(ms, red, col, col, one, t % g.q, op_online());
     /* col holds the block's pair for every column (slab_allreduce's last barrier passed) */
     for (int c = t; c < g.inner; c += nt)
 #pragma unroll
@@ -877,7 +881,7 @@ __global__ void softmax_axis_slab_merge(const float *__restrict__ part, float *_
     for (int seg = lane; seg < nseg; seg += 32) {
         const float *p = part + (o * nseg + seg) * 2 * inner + c;
         const float b[2] = {p[0], p[inner]};
-        slab_online()(a, b);
+        op_online()(a, b);
     }
     const int n = nseg < 32 ? nseg : 32;
 #pragma unroll
@@ -885,7 +889,7 @@ __global__ void softmax_axis_slab_merge(const float *__restrict__ part, float *_
         const float b[2] = {__shfl_down_sync(0xffffffffu, a[0], off),
                             __shfl_down_sync(0xffffffffu, a[1], off)};
         if (lane + off < n)
-            slab_online()(a, b);
+            op_online()(a, b);
     }
     if (lane == 0) {
         fin[o * 2 * inner + c] = a[0];
