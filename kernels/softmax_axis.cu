@@ -703,6 +703,22 @@ template <class R> __device__ __forceinline__ void slab_fence(R &v)
         asm volatile("" : "+r"(v.w[i]));
 }
 
+/* A thread's packs i < n of a slab, at xs[p + i * stride] (16 bytes, streaming loads), into the
+ * words of v (pack i in words 4i .. 4i + 3). */
+template <int N, class R>
+__device__ __forceinline__ void slab_load(R &v, const uint4 *xs, int p, int stride, int n)
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        if (i < n) {
+            const uint4 w = __ldcs(xs + p + i * stride);
+            v.w[4 * i] = w.x;
+            v.w[4 * i + 1] = w.y;
+            v.w[4 * i + 2] = w.z;
+            v.w[4 * i + 3] = w.w;
+        }
+}
+
 /*
  * One slab per block (g.cluster == 1) or per cluster of g.cluster blocks; PACKS packs of 16 bytes
  * per thread, kept in registers (16-bit packs as words, widened on use). Every thread holds at
@@ -731,15 +747,7 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
     const int n = min(PACKS, (g.packs - gt + G - 1) / G); /* this thread's packs: PACKS - 1 or more */
 
     nd_regrow<T, PACKS * VEC> v;
-#pragma unroll
-    for (int i = 0; i < PACKS; i++)
-        if (i < n) {
-            const uint4 w = __ldcs(xs + gt + i * G);
-            v.w[4 * i] = w.x;
-            v.w[4 * i + 1] = w.y;
-            v.w[4 * i + 2] = w.z;
-            v.w[4 * i + 3] = w.w;
-        }
+    slab_load<PACKS>(v, xs, gt, G, n);
     /* One all-reduce of (max, sum) pairs, each thread's sums taken against its own max. Two
      * (the column max, then the sums against it), which keep only 8 floats of state live across
      * each, measured slower on an H100: (512,896,4,12) float16 72% of the copy ceiling against
@@ -807,6 +815,19 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
 #define ND_AXIS_SLAB_UNROLL 8
 #endif
 
+/* Block blockIdx.x of a two-pass slab kernel: segment seg of slab o, packs [begin, end). */
+struct slab_segment {
+    int64_t o;
+    int seg, begin, end;
+    __device__ __forceinline__ slab_segment(const slab_geom &g, int nseg, int seg_packs)
+    {
+        o = blockIdx.x / nseg;
+        seg = (int)(blockIdx.x - o * nseg);
+        begin = seg * seg_packs;
+        end = min(g.packs, begin + seg_packs);
+    }
+};
+
 template <typename T>
 __global__ void __launch_bounds__(slab_policy::max_threads, 1024 / slab_policy::max_threads)
 softmax_axis_slab_stats(const T *__restrict__ x, float *__restrict__ part, slab_geom g, int nseg,
@@ -815,9 +836,9 @@ softmax_axis_slab_stats(const T *__restrict__ x, float *__restrict__ part, slab_
     constexpr int VEC = 16 / (int)sizeof(T), U = ND_AXIS_SLAB_UNROLL, K = op_online::K;
     __shared__ __align__(16) float red[K * slab_policy::max_threads * VEC];
     __shared__ __align__(16) float col[K * slab_policy::max_q * VEC];
-    const int64_t o = blockIdx.x / nseg;
-    const int seg = (int)(blockIdx.x - o * nseg), t = threadIdx.x, nt = blockDim.x;
-    const int p1 = min(g.packs, (seg + 1) * seg_packs);
+    const slab_segment sg(g, nseg, seg_packs);
+    const int t = threadIdx.x, nt = blockDim.x;
+    const int64_t o = sg.o;
     const uint4 *xs = reinterpret_cast<const uint4 *>(x + o * g.slab);
     float ms[2][VEC];
 #pragma unroll
@@ -825,29 +846,22 @@ softmax_axis_slab_stats(const T *__restrict__ x, float *__restrict__ part, slab_
         ms[0][j] = -INFINITY;
         ms[1][j] = 0.0f;
     }
-    for (int p = seg * seg_packs + t; p < p1; p += U * nt) {
+    for (int p = sg.begin + t; p < sg.end; p += U * nt) {
+        const int n = min(U, (sg.end - p + nt - 1) / nt); /* packs p + u * nt, u < n */
         nd_regrow<T, U * VEC> v;
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (p + u * nt < p1) {
-                const uint4 w = __ldcs(xs + p + u * nt);
-                v.w[4 * u] = w.x;
-                v.w[4 * u + 1] = w.y;
-                v.w[4 * u + 2] = w.z;
-                v.w[4 * u + 3] = w.w;
-            }
+        slab_load<U>(v, xs, p, nt, n);
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
             float b[2] = {-INFINITY, 0.0f};
 #pragma unroll
             for (int u = 0; u < U; u++)
-                if (p + u * nt < p1)
+                if (u < n)
                     b[0] = fmaxf(b[0], v.get(u * VEC + j));
             if (b[0] == -INFINITY)
                 continue;
 #pragma unroll
             for (int u = 0; u < U; u++)
-                if (p + u * nt < p1)
+                if (u < n)
                     b[1] += exp_le0(v.get(u * VEC + j) - b[0]);
             float a[2] = {ms[0][j], ms[1][j]};
             op_online()(a, b);
@@ -862,7 +876,7 @@ softmax_axis_slab_stats(const T *__restrict__ x, float *__restrict__ part, slab_
     for (int c = t; c < g.inner; c += nt)
 #pragma unroll
         for (int k = 0; k < K; k++)
-            part[((o * nseg + seg) * K + k) * g.inner + c] = col[k * g.inner + c];
+            part[((o * nseg + sg.seg) * K + k) * g.inner + c] = col[k * g.inner + c];
 }
 
 /* One warp a column (blockIdx.y * warps + warp of slab blockIdx.x): lane l merges segments l,
@@ -903,9 +917,9 @@ softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float 
                         slab_geom g, int nseg, int seg_packs)
 {
     constexpr int VEC = 16 / (int)sizeof(T), U = ND_AXIS_SLAB_UNROLL;
-    const int64_t o = blockIdx.x / nseg;
-    const int seg = (int)(blockIdx.x - o * nseg), t = threadIdx.x, nt = blockDim.x;
-    const int p1 = min(g.packs, (seg + 1) * seg_packs);
+    const slab_segment sg(g, nseg, seg_packs);
+    const int t = threadIdx.x, nt = blockDim.x;
+    const int64_t o = sg.o;
     const uint4 *xs = reinterpret_cast<const uint4 *>(x + o * g.slab);
     uint4 *ys = reinterpret_cast<uint4 *>(y + o * g.slab);
     float m[VEC], f[VEC]; /* the column's max, and log(sum) or 1/sum */
@@ -915,20 +929,13 @@ softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float 
         m[j] = fm[j];
         f[j] = fm[g.inner + j];
     }
-    for (int p = seg * seg_packs + t; p < p1; p += U * nt) {
+    for (int p = sg.begin + t; p < sg.end; p += U * nt) {
+        const int n = min(U, (sg.end - p + nt - 1) / nt); /* packs p + u * nt, u < n */
         nd_regrow<T, U * VEC> v;
+        slab_load<U>(v, xs, p, nt, n);
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (p + u * nt < p1) {
-                const uint4 w = __ldcs(xs + p + u * nt);
-                v.w[4 * u] = w.x;
-                v.w[4 * u + 1] = w.y;
-                v.w[4 * u + 2] = w.z;
-                v.w[4 * u + 3] = w.w;
-            }
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (p + u * nt < p1) {
+            if (u < n) {
                 float out[VEC];
 #pragma unroll
                 for (int j = 0; j < VEC; j++) {
