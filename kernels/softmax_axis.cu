@@ -25,7 +25,9 @@
  *     all in the same few columns, and the columns' (max, sum) pairs are merged in shared memory;
  *   - only when a column is too long for the registers of a whole cluster is it cut into segments
  *     of independent blocks: one launch writes each segment's (max, sum) to a small stream-ordered
- *     workspace, a second merges them and writes y, reading x a second time (mostly from L2).
+ *     workspace, a second merges them and writes y, reading x a second time (mostly from L2); for
+ *     a short inner extent the slab's own segments do this (softmax_axis_slab_stats / merge /
+ *     apply).
  *     Two reads of x, not three, and the whole GPU busy however few columns there are.
  *
  * Arithmetic is in float32: exp as one ex2.approx (see exp_le0 for why that meets the tolerance
@@ -98,6 +100,25 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_MAX_ROWS_P8 /* rows a thread keeps when a pack holds 8 elements (16-byte 16-bit
                                packs only): 8 or 16 */
 #define ND_AXIS_MAX_ROWS_P8 8
+#endif
+/* The slab paths (softmax_axis_slab, softmax_axis_slab_stats / merge / apply). */
+#ifndef ND_AXIS_SLAB /* 0: never take the slab path (A/B runs) */
+#define ND_AXIS_SLAB 1
+#endif
+#ifndef ND_AXIS_SLAB_THREADS /* a block: the largest multiple of lcm(32, q) up to this */
+#define ND_AXIS_SLAB_THREADS 256
+#endif
+#ifndef ND_AXIS_SLAB_PACKS16 /* packs a thread keeps at most, 16-bit (float32: 8) */
+#define ND_AXIS_SLAB_PACKS16 7
+#endif
+#ifndef ND_AXIS_SLAB_SPLIT /* 0: never take the two-pass slab path (A/B runs) */
+#define ND_AXIS_SLAB_SPLIT 1
+#endif
+#ifndef ND_AXIS_SLAB_SPLIT_WAVES /* segments: enough for this many waves of blocks */
+#define ND_AXIS_SLAB_SPLIT_WAVES 2
+#endif
+#ifndef ND_AXIS_SLAB_UNROLL /* packs a thread loads at once in the two-pass slab kernels */
+#define ND_AXIS_SLAB_UNROLL 8
 #endif
 #ifndef ND_AXIS_SPLIT_UNROLL
 #define ND_AXIS_SPLIT_UNROLL 4
@@ -568,17 +589,6 @@ softmax_axis_apply(const T *__restrict__ x, T *__restrict__ y, const float2 *__r
  * 3); up to 128 (96, clusters of 8; float32 then takes the column plan) 16-bit 67-69, and 61-64
  * with the one-round all-reduce that 256 has at 74.
  */
-#ifndef ND_AXIS_SLAB /* 0: never take the slab path (A/B runs) */
-#define ND_AXIS_SLAB 1
-#endif
-
-#ifndef ND_AXIS_SLAB_THREADS /* a block: the largest multiple of lcm(32, q) up to this */
-#define ND_AXIS_SLAB_THREADS 256
-#endif
-#ifndef ND_AXIS_SLAB_PACKS16 /* packs a thread keeps at most, 16-bit (float32: 8) */
-#define ND_AXIS_SLAB_PACKS16 7
-#endif
-
 struct slab_policy {
     static constexpr int max_threads = ND_AXIS_SLAB_THREADS;
     static constexpr int min_packs = 4;     /* packs a thread must get, or the column plan runs */
@@ -805,16 +815,6 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
  * axis_slab_split_h100.txt): (8,32768,64) ax1 16-bit 42-43% of the copy ceiling -> 54-55,
  * float32 52 -> 59. Segments for 1, 2 or 4 waves of blocks: within a point.
  */
-#ifndef ND_AXIS_SLAB_SPLIT /* 0: never take the two-pass slab path (A/B runs) */
-#define ND_AXIS_SLAB_SPLIT 1
-#endif
-#ifndef ND_AXIS_SLAB_SPLIT_WAVES /* segments: enough for this many waves of blocks */
-#define ND_AXIS_SLAB_SPLIT_WAVES 2
-#endif
-#ifndef ND_AXIS_SLAB_UNROLL /* packs a thread loads at once in the two-pass slab kernels */
-#define ND_AXIS_SLAB_UNROLL 8
-#endif
-
 /* Block blockIdx.x of a two-pass slab kernel: segment seg of slab o, packs [begin, end). */
 struct slab_segment {
     int64_t o;
