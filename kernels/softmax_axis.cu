@@ -111,6 +111,9 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_SLAB_PACKS16 /* packs a thread keeps at most, 16-bit (float32: 8) */
 #define ND_AXIS_SLAB_PACKS16 7
 #endif
+#ifndef ND_AXIS_TILE_MAX /* widest tile, in packs, where an inner row is cut (0: whole rows only) */
+#define ND_AXIS_TILE_MAX 8
+#endif
 #ifndef ND_AXIS_SLAB_SPLIT /* 0: never take the two-pass slab path (A/B runs) */
 #define ND_AXIS_SLAB_SPLIT 1
 #endif
@@ -583,6 +586,13 @@ softmax_axis_apply(const T *__restrict__ x, T *__restrict__ y, const float2 *__r
  * Measured on an H100 (bench_gpu --suite axis, three alternating rounds; bench/results/
  * axis_slab_h100.txt): (512,896,4,12) ax1 float16 / bfloat16 50-52% of the copy ceiling -> 74-75,
  * float32 72-73 -> 83-84, softmax and log_softmax alike; no other bench shape takes the path.
+ * An inner row wider than max_q packs (or whose lcm(32, q) is too large) is cut into tiles of
+ * up to ND_AXIS_TILE_MAX packs, and each tile's dim rows of q packs are taken like a slab of their
+ * own (one block or cluster a tile; a warp then reads 4 rows of a 128-byte tile where the column
+ * plan read 2 rows of 128 bytes with 8-byte loads). H100, three alternating rounds against the
+ * kernels before tiles (bench/results/axis_tiles_h100.txt): (32,1000,56,56) ax1 16-bit 58-61% ->
+ * 70, float32 77.5 -> 80-81; (128,128,16,16) ax0 16-bit 71-73 -> 75-78, float32 log_softmax 82 ->
+ * 88, softmax 88.5 -> 87.3. Tiles of up to 4 packs gained about half as much.
  * Block size, each against the others in one call: up to 256 threads (192 for inner 48, in
  * clusters of 4 for 16-bit and 7 for float32) 16-bit 72-73 and float32 80 (with the two-round
  * all-reduce of the kernel's note), against 64-66 and 74 for up to 512 (480, clusters of 2 and
@@ -597,17 +607,23 @@ struct slab_policy {
      * 8). H100, (512,896,4,12) 16-bit: 7 packs 74-75% of the copy ceiling, 6 packs 71-73, 5
      * packs 64-67 (more blocks a slab, more cluster traffic). */
     static constexpr int max_packs(size_t es) { return es == 2 ? ND_AXIS_SLAB_PACKS16 : 8; }
-    static constexpr int max_q = 64;        /* 16-byte packs of an inner row (inner <= 512 16-bit) */
+    static constexpr int max_q = 64;        /* 16-byte packs of a tile row (512 16-bit elements) */
+    static constexpr int tile_min = 4;      /* narrowest tile (64 bytes) where a row is cut */
     static constexpr int max_cluster = 8;   /* portable cluster size */
     static constexpr int fill_blocks_per_sm = 2; /* fewer blocks than this per SM: column plan */
 };
 
+/* A slab, or a tile of one: the one-pass kernel may cut an inner row of more than max_q packs
+ * into tiles of q packs, each tile's dim rows of q packs then taken like a slab of its own. */
 struct slab_geom {
     int64_t slab; /* elements of one outer index: dim * inner */
-    int inner;
-    int q;        /* packs of an inner row: inner / VEC */
-    int packs;    /* packs of a slab: dim * q */
-    int cluster;  /* blocks per slab */
+    int inner;    /* columns of a tile: q * VEC (the whole inner extent when tiles == 1) */
+    int q;        /* packs of a tile's row */
+    int row;      /* packs from one row to the next: inner / VEC of the tensor */
+    int rows;     /* dim */
+    int tiles;    /* tiles of an inner row: row / q */
+    int packs;    /* packs of a tile: rows * q */
+    int cluster;  /* blocks per tile */
 };
 
 /*
@@ -735,7 +751,7 @@ __device__ __forceinline__ void slab_load(R &v, const uint4 *xs, int p, int stri
  * least PACKS - 1 packs (the plan takes PACKS = ceil(packs / G)), so none is empty. The exps are
  * taken again for the output rather than kept: 8 per pack would not fit the registers.
  */
-template <typename T, int PACKS, bool LOG>
+template <typename T, int PACKS, bool LOG, bool TILED>
 __global__ void __launch_bounds__(slab_policy::max_threads, 1024 / slab_policy::max_threads)
 softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
 {
@@ -747,17 +763,25 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
     unsigned rank = 0;
     if (g.cluster > 1)
         rank = cg::this_cluster().block_rank();
-    const int64_t o = blockIdx.x / g.cluster;
+    const int64_t unit = blockIdx.x / g.cluster, o = TILED ? unit / g.tiles : unit;
     const int gt = (int)(rank * blockDim.x + threadIdx.x), G = g.cluster * (int)blockDim.x;
     const int cp = gt % g.q;
-    /* pack i of this thread: gt + i * G of the slab (an int: max_cluster * max_threads * 8 at
-     * most) */
     const uint4 *xs = reinterpret_cast<const uint4 *>(x + o * g.slab);
     uint4 *ys = reinterpret_cast<uint4 *>(y + o * g.slab);
-    const int n = min(PACKS, (g.packs - gt + G - 1) / G); /* this thread's packs: PACKS - 1 or more */
+    /* pack i of this thread, in packs from xs: the slab's pack gt + i * G; in a tile, pack cp of
+     * the tile's row r0 + i * RS (ints: rows * row < 2^31). The untiled form is kept apart: the
+     * tiled arithmetic in every slab cost (512,896,4,12) 16-bit 1.5-2 points (H100). */
+    int first = gt, stride = G, n = min(PACKS, (g.packs - gt + G - 1) / G);
+    if constexpr (TILED) {
+        const int tile = (int)(unit - o * g.tiles), r0 = gt / g.q, RS = G / g.q;
+        first = r0 * g.row + tile * g.q + cp;
+        stride = RS * g.row;
+        n = min(PACKS, (g.rows - r0 + RS - 1) / RS);
+    }
+    /* this thread has PACKS - 1 packs or more */
 
     nd_regrow<T, PACKS * VEC> v;
-    slab_load<PACKS>(v, xs, gt, G, n);
+    slab_load<PACKS>(v, xs, first, stride, n);
     /* One all-reduce of (max, sum) pairs, each thread's sums taken against its own max. Two
      * (the column max, then the sums against it), which keep only 8 floats of state live across
      * each, measured slower on an H100: (512,896,4,12) float16 72% of the copy ceiling against
@@ -794,7 +818,7 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
                 const float d = v.get(i * VEC + j) - m[j];
                 out[j] = LOG ? d - s[j] : exp_le0(d) * s[j];
             }
-            nd_store_pack_stream<T, VEC>(reinterpret_cast<T *>(ys + gt + i * G), out);
+            nd_store_pack_stream<T, VEC>(reinterpret_cast<T *>(ys + first + i * stride), out);
         }
     if (g.cluster > 1)
         cg::this_cluster().sync(); /* no block leaves while another still reads its col */
@@ -1142,29 +1166,43 @@ static cudaError_t launch_rows(const axis_plan &pl, const void *x, void *y, int 
  * column. Returns the block's threads and fills g (one block a slab), or 0 where the layout does
  * not apply.
  */
-static int slab_layout(const nd_softmax_args *a, size_t es, slab_geom *g)
+static int64_t lcm32(int64_t q)
+{
+    int64_t l = 32;
+    while (l % q != 0)
+        l += 32;
+    return l;
+}
+
+static int slab_layout(const nd_softmax_args *a, size_t es, int tile_max, slab_geom *g)
 {
     typedef slab_policy pol;
     const int vec = 16 / (int)es;
     if (!ND_AXIS_SLAB || a->inner % vec != 0 || (((uintptr_t)a->x | (uintptr_t)a->y) & 15) != 0)
         return 0;
-    const int64_t q = a->inner / vec;
-    if (q > pol::max_q || a->dim * q > 0x7fffffff)
+    const int64_t row = a->inner / vec;
+    if (a->dim * row > 0x7fffffff)
         return 0;
-    int64_t l = 32; /* lcm(32, q) */
-    while (l % q != 0)
-        l += 32;
-    if (l > pol::max_threads)
-        return 0;
-    const int nt = (int)(pol::max_threads / l * l);
-    if (nt / q < 4) /* slab_allreduce combines a column's partials four at a time */
+    /* the whole row, or the widest tile of tile_min .. tile_max packs that divides it */
+    int64_t q = 0;
+    for (int64_t d = std::min(row, (int64_t)pol::max_q); d >= 1 && q == 0; d--) {
+        if (row % d != 0 || (d < row && (d > tile_max || d < pol::tile_min)))
+            continue;
+        const int64_t l = lcm32(d);
+        if (l <= pol::max_threads && pol::max_threads / l * l / d >= 4) /* see slab_allreduce */
+            q = d;
+    }
+    if (q == 0)
         return 0;
     g->slab = a->dim * a->inner;
-    g->inner = (int)a->inner;
+    g->inner = (int)(q * vec);
     g->q = (int)q;
+    g->row = (int)row;
+    g->rows = (int)a->dim;
+    g->tiles = (int)(row / q);
     g->packs = (int)(a->dim * q);
     g->cluster = 1;
-    return nt;
+    return (int)(pol::max_threads / lcm32(q) * lcm32(q));
 }
 
 /*
@@ -1176,17 +1214,17 @@ static bool plan_slab(const nd_softmax_args *a, size_t es, int sms, slab_geom *g
                       int *packs)
 {
     typedef slab_policy pol;
-    const int nt = slab_layout(a, es, g);
+    const int nt = slab_layout(a, es, ND_AXIS_TILE_MAX, g);
     if (nt == 0)
         return false;
-    const int64_t S = g->packs;
+    const int64_t S = g->packs, units = a->outer * g->tiles;
     for (int c = 1; c <= pol::max_cluster; c++) {
         const int64_t G = (int64_t)c * nt;
         if (S > G * pol::max_packs(es))
             continue;
         const int64_t p = cdiv(S, G);
-        if (p < pol::min_packs || a->outer * c < (int64_t)sms * pol::fill_blocks_per_sm ||
-            a->outer * c > 0x7fffffff)
+        if (p < pol::min_packs || units * c < (int64_t)sms * pol::fill_blocks_per_sm ||
+            units * c > 0x7fffffff)
             return false;
         g->cluster = c;
         *threads = nt;
@@ -1206,7 +1244,7 @@ struct slab_split {
 static bool plan_slab_split(const nd_softmax_args *a, size_t es, int sms, slab_geom *g,
                             slab_split *sp)
 {
-    const int nt = slab_layout(a, es, g);
+    const int nt = slab_layout(a, es, 0, g); /* whole rows only */
     if (nt == 0)
         return false;
     const int64_t S = g->packs;
@@ -1267,7 +1305,7 @@ static cudaError_t launch_slab_packs(const slab_geom &g, int threads, int64_t ou
 {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
-    cfg.gridDim = dim3((unsigned)(outer * g.cluster));
+    cfg.gridDim = dim3((unsigned)(outer * g.tiles * g.cluster));
     cfg.blockDim = dim3((unsigned)threads);
     cfg.stream = stream;
     if (g.cluster > 1) {
@@ -1278,9 +1316,11 @@ static cudaError_t launch_slab_packs(const slab_geom &g, int threads, int64_t ou
         cfg.attrs = attr;
         cfg.numAttrs = 1;
     }
-    if (log)
-        return cudaLaunchKernelEx(&cfg, softmax_axis_slab<T, PACKS, true>, (const T *)x, (T *)y, g);
-    return cudaLaunchKernelEx(&cfg, softmax_axis_slab<T, PACKS, false>, (const T *)x, (T *)y, g);
+    if (g.tiles > 1)
+        return log ? cudaLaunchKernelEx(&cfg, softmax_axis_slab<T, PACKS, true, true>, (const T *)x, (T *)y, g)
+                   : cudaLaunchKernelEx(&cfg, softmax_axis_slab<T, PACKS, false, true>, (const T *)x, (T *)y, g);
+    return log ? cudaLaunchKernelEx(&cfg, softmax_axis_slab<T, PACKS, true, false>, (const T *)x, (T *)y, g)
+               : cudaLaunchKernelEx(&cfg, softmax_axis_slab<T, PACKS, false, false>, (const T *)x, (T *)y, g);
 }
 
 template <typename T>
@@ -1321,8 +1361,8 @@ static cudaError_t launch_axis(const nd_softmax_args *a, int log, int sms, cudaS
     slab_geom sg;
     int threads = 0, packs = 0;
     if (plan_slab(a, es, sms, &sg, &threads, &packs)) {
-        ND_PLAN("axis slab packs=%d block=%d cluster=%d grid=%lld", packs, threads, sg.cluster,
-                (long long)(a->outer * sg.cluster));
+        ND_PLAN("axis slab packs=%d block=%d cluster=%d tile=%d grid=%lld", packs, threads,
+                sg.cluster, sg.q, (long long)(a->outer * sg.tiles * sg.cluster));
         switch (a->dtype) {
         case ND_FLOAT16: return launch_slab<__half>(sg, threads, packs, a->outer, a->x, a->y, log, stream);
         case ND_BFLOAT16:

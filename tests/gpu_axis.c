@@ -155,7 +155,8 @@ Test(gpu_axis, softmax_fixed_shapes)
  * indices to fill the GPU (one block per slab at 16-bit (300,200,64), clusters of 2 to 8 blocks,
  * blocks of 160, 192 and 256 threads, threads with one pack fewer than others), and the two-pass
  * segments where the columns are too long for a cluster (a last segment shorter than the others,
- * inner 8 and 24, outer 1); the plan trace shows the path was taken for every dtype. */
+ * inner 8 and 24, outer 1), and inner rows too wide for one slab cut into tiles of 8 packs
+ * (inner 3136 and 2048); the plan trace shows the path was taken for every dtype. */
 Test(gpu_axis, softmax_slab_shapes)
 {
     need_device();
@@ -168,6 +169,7 @@ Test(gpu_axis, softmax_slab_shapes)
         {300, 1000, 40, "axis slab "},      {300, 512, 64, "axis slab "},
         {320, 896, 48, "axis slab "},       {2, 32768, 64, "axis slab-split "},
         {5, 9999, 24, "axis slab-split "},  {1, 70000, 8, "axis slab-split "},
+        {4, 300, 3136, "axis slab "},       {6, 333, 2048, "axis slab "},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int d = 0; d < 3; d++)
