@@ -603,8 +603,8 @@ struct slab_policy {
     static constexpr int max_threads = ND_AXIS_SLAB_THREADS;
     static constexpr int min_packs = 4;     /* packs a thread must get, or the column plan runs */
     /* packs a thread keeps: 128 bytes, as the row engine, except 16-bit 8 packs, which spilled
-     * 32 bytes at the 64-register cap (nvcc 13, -Xptxas -v; 7 packs spill 8-16, float32 8 packs
-     * 8). H100, (512,896,4,12) 16-bit: 7 packs 74-75% of the copy ceiling, 6 packs 71-73, 5
+     * 32 bytes at the 64-register cap (nvcc 13, -Xptxas -v; 7 packs spill 8-16, 28-36 in tiles,
+     * float32 8 packs 8). H100, (512,896,4,12) 16-bit: 7 packs 74-75% of the copy ceiling, 6 packs 71-73, 5
      * packs 64-67 (more blocks a slab, more cluster traffic). */
     static constexpr int max_packs(size_t es) { return es == 2 ? ND_AXIS_SLAB_PACKS16 : 8; }
     static constexpr int max_q = 64;        /* 16-byte packs of a tile row (512 16-bit elements) */
@@ -1183,7 +1183,9 @@ static int slab_layout(const nd_softmax_args *a, size_t es, int tile_max, slab_g
     const int64_t row = a->inner / vec;
     if (a->dim * row > 0x7fffffff)
         return 0;
-    /* the whole row, or the widest tile of tile_min .. tile_max packs that divides it */
+    /* the whole row, or the widest tile of tile_min .. tile_max packs that divides it (where
+     * that tile's rows need more than a cluster, plan_slab does not try a narrower one: the
+     * column plan runs, as for columns of more than about 1800 rows at 8 packs) */
     int64_t q = 0;
     for (int64_t d = std::min(row, (int64_t)pol::max_q); d >= 1 && q == 0; d--) {
         if (row % d != 0 || (d < row && (d > tile_max || d < pol::tile_min)))
