@@ -111,8 +111,11 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_SLAB_PACKS16 /* packs a thread keeps at most, 16-bit (float32: 8) */
 #define ND_AXIS_SLAB_PACKS16 7
 #endif
-#ifndef ND_AXIS_TILE_MAX /* widest tile, in packs, where an inner row is cut (0: whole rows only) */
-#define ND_AXIS_TILE_MAX 8
+#ifndef ND_AXIS_TILE_MAX16 /* widest tile, in packs, where a 16-bit inner row is cut (0: none) */
+#define ND_AXIS_TILE_MAX16 8
+#endif
+#ifndef ND_AXIS_TILE_MAX32 /* the same for float32 (16 measured faster: see slab_policy) */
+#define ND_AXIS_TILE_MAX32 8
 #endif
 #ifndef ND_AXIS_SLAB_SPLIT /* 0: never take the two-pass slab path (A/B runs) */
 #define ND_AXIS_SLAB_SPLIT 1
@@ -587,12 +590,13 @@ softmax_axis_apply(const T *__restrict__ x, T *__restrict__ y, const float2 *__r
  * axis_slab_h100.txt): (512,896,4,12) ax1 float16 / bfloat16 50-52% of the copy ceiling -> 74-75,
  * float32 72-73 -> 83-84, softmax and log_softmax alike; no other bench shape takes the path.
  * An inner row wider than max_q packs (or whose lcm(32, q) is too large) is cut into tiles of
- * up to ND_AXIS_TILE_MAX packs, and each tile's dim rows of q packs are taken like a slab of their
- * own (one block or cluster a tile; a warp then reads 4 rows of a 128-byte tile where the column
+ * up to slab_policy::tile_max packs, the widest whose rows a cluster holds, and
+ * each tile's dim rows of q packs are taken like a slab of their own (one block or cluster a tile; a warp then reads 4 rows of a 128-byte tile where the column
  * plan read 2 rows of 128 bytes with 8-byte loads). H100, three alternating rounds against the
  * kernels before tiles (bench/results/axis_tiles_h100.txt): (32,1000,56,56) ax1 16-bit 58-61% ->
  * 70, float32 77.5 -> 80-81; (128,128,16,16) ax0 16-bit 71-73 -> 75-78, float32 log_softmax 82 ->
- * 88, softmax 88.5 -> 87.3. Tiles of up to 4 packs gained about half as much.
+ * 88, softmax 88.5 -> 87.3 (tiles of 8 packs for both dtypes). Tiles of up to 4 packs gained
+ * about half as much; see slab_policy::tile_max for wider ones.
  * Block size, each against the others in one call: up to 256 threads (192 for inner 48, in
  * clusters of 4 for 16-bit and 7 for float32) 16-bit 72-73 and float32 80 (with the two-round
  * all-reduce of the kernel's note), against 64-66 and 74 for up to 512 (480, clusters of 2 and
@@ -609,6 +613,13 @@ struct slab_policy {
     static constexpr int max_packs(size_t es) { return es == 2 ? ND_AXIS_SLAB_PACKS16 : 8; }
     static constexpr int max_q = 64;        /* 16-byte packs of a tile row (512 16-bit elements) */
     static constexpr int tile_min = 4;      /* narrowest tile (64 bytes) where a row is cut */
+    /* widest (H100, three alternating rounds, bench/results/axis_tiles_h100.txt): 16-bit at 16
+     * packs against 8, (128,128,16,16) 75-78 -> 68-70% of the copy ceiling, (32,1000,56,56)
+     * unchanged; 64 packs lost 10-17 points for both dtypes. float32 at 16 packs (64 elements,
+     * as 16-bit's 8) measured faster: (128,128,16,16) ax0 87.5 -> 98, (32,1000,56,56) ax1 80-81
+     * -> 84; it stays at 8 until gpu_axis has run with it (that session's device time ran out
+     * first): -DND_AXIS_TILE_MAX32=16. */
+    static constexpr int tile_max(size_t es) { return es == 2 ? ND_AXIS_TILE_MAX16 : ND_AXIS_TILE_MAX32; }
     static constexpr int max_cluster = 8;   /* portable cluster size */
     static constexpr int fill_blocks_per_sm = 2; /* fewer blocks than this per SM: column plan */
 };
@@ -1183,9 +1194,7 @@ static int slab_layout(const nd_softmax_args *a, size_t es, int tile_max, slab_g
     const int64_t row = a->inner / vec;
     if (a->dim * row > 0x7fffffff)
         return 0;
-    /* the whole row, or the widest tile of tile_min .. tile_max packs that divides it (where
-     * that tile's rows need more than a cluster, plan_slab does not try a narrower one: the
-     * column plan runs, as for columns of more than about 1800 rows at 8 packs) */
+    /* the whole row, or the widest tile of tile_min .. tile_max packs that divides it */
     int64_t q = 0;
     for (int64_t d = std::min(row, (int64_t)pol::max_q); d >= 1 && q == 0; d--) {
         if (row % d != 0 || (d < row && (d > tile_max || d < pol::tile_min)))
@@ -1216,24 +1225,29 @@ static bool plan_slab(const nd_softmax_args *a, size_t es, int sms, slab_geom *g
                       int *packs)
 {
     typedef slab_policy pol;
-    const int nt = slab_layout(a, es, ND_AXIS_TILE_MAX, g);
-    if (nt == 0)
-        return false;
-    const int64_t S = g->packs, units = a->outer * g->tiles;
-    for (int c = 1; c <= pol::max_cluster; c++) {
-        const int64_t G = (int64_t)c * nt;
-        if (S > G * pol::max_packs(es))
-            continue;
-        const int64_t p = cdiv(S, G);
-        if (p < pol::min_packs || units * c < (int64_t)sms * pol::fill_blocks_per_sm ||
-            units * c > 0x7fffffff)
+    /* the widest layout whose tile fits a cluster: tiles narrower by a step each time one does not */
+    for (int tile_max = pol::tile_max(es);;) {
+        const int nt = slab_layout(a, es, tile_max, g);
+        if (nt == 0)
             return false;
-        g->cluster = c;
-        *threads = nt;
-        *packs = (int)p;
-        return true;
+        const int64_t S = g->packs, units = a->outer * g->tiles;
+        for (int c = 1; c <= pol::max_cluster; c++) {
+            const int64_t G = (int64_t)c * nt;
+            if (S > G * pol::max_packs(es))
+                continue;
+            const int64_t p = cdiv(S, G);
+            if (p < pol::min_packs || units * c < (int64_t)sms * pol::fill_blocks_per_sm ||
+                units * c > 0x7fffffff)
+                return false;
+            g->cluster = c;
+            *threads = nt;
+            *packs = (int)p;
+            return true;
+        }
+        if (g->tiles == 1 || g->q <= pol::tile_min) /* a whole row, or the narrowest tile */
+            return false;
+        tile_max = g->q - 1;
     }
-    return false;
 }
 
 /* The two-pass slab plan (softmax_axis_slab_stats / merge / apply): segments of whole blocks'
