@@ -586,30 +586,33 @@ softmax_axis_apply(const T *__restrict__ x, T *__restrict__ y, const float2 *__r
  * shared memory (slab_allreduce), then over the cluster's blocks through distributed shared
  * memory. x is read once, with accesses as wide and as contiguous as a copy's.
  *
- * Measured on an H100 (bench_gpu --suite axis, three alternating rounds; bench/results/
- * axis_slab_h100.txt): (512,896,4,12) ax1 float16 / bfloat16 50-52% of the copy ceiling -> 74-75,
- * float32 72-73 -> 83-84, softmax and log_softmax alike; no other bench shape takes the path.
  * An inner row wider than max_q packs (or whose lcm(32, q) is too large) is cut into tiles of
- * up to slab_policy::tile_max packs, the widest whose rows a cluster holds, and
- * each tile's dim rows of q packs are taken like a slab of their own (one block or cluster a tile; a warp then reads 4 rows of a 128-byte tile where the column
- * plan read 2 rows of 128 bytes with 8-byte loads). H100, three alternating rounds against the
- * kernels before tiles (bench/results/axis_tiles_h100.txt): (32,1000,56,56) ax1 16-bit 58-61% ->
- * 70, float32 77.5 -> 80-81; (128,128,16,16) ax0 16-bit 71-73 -> 75-78, float32 log_softmax 82 ->
- * 88, softmax 88.5 -> 87.3 (tiles of 8 packs for both dtypes). Tiles of up to 4 packs gained
- * about half as much; see slab_policy::tile_max for wider ones.
- * Block size, each against the others in one call: up to 256 threads (192 for inner 48, in
- * clusters of 4 for 16-bit and 7 for float32) 16-bit 72-73 and float32 80 (with the two-round
- * all-reduce of the kernel's note), against 64-66 and 74 for up to 512 (480, clusters of 2 and
- * 3); up to 128 (96, clusters of 8; float32 then takes the column plan) 16-bit 67-69, and 61-64
- * with the one-round all-reduce that 256 has at 74.
+ * up to slab_policy::tile_max packs, the widest whose rows a cluster holds, and each tile's dim
+ * rows of q packs are taken like a slab of their own: one block or cluster a tile, a warp
+ * reading 4 rows of a 128-byte tile where the column plan read 2 rows of 128 bytes with 8-byte
+ * loads.
+ *
+ * Measured on an H100, bench_gpu --suite axis, three alternating rounds a build, % of the
+ * same-run copy ceiling:
+ *   slabs (bench/results/axis_slab_h100.txt): (512,896,4,12) ax1 float16 / bfloat16 50-52 ->
+ *     74-75, float32 72-73 -> 83-84, softmax and log_softmax alike;
+ *   tiles of 8 packs, both dtypes (bench/results/axis_tiles_h100.txt): (32,1000,56,56) ax1
+ *     16-bit 58-61 -> 70, float32 77.5 -> 80-81; (128,128,16,16) ax0 16-bit 71-73 -> 75-78,
+ *     float32 log_softmax 82 -> 88, softmax 88.5 -> 87.3; tiles of up to 4 packs gained about
+ *     half as much (wider ones: slab_policy::tile_max);
+ *   block size: up to 256 threads (192 for inner 48, in clusters of 4 for 16-bit and 7 for
+ *     float32) 16-bit 72-73 and float32 80 with the two-round all-reduce noted in the kernel,
+ *     against 64-66 and 74 for up to 512 (480, clusters of 2 and 3); up to 128 (96, clusters
+ *     of 8; float32 then takes the column plan) 16-bit 67-69, and 61-64 with the one-round
+ *     all-reduce that 256 has at 74.
  */
 struct slab_policy {
     static constexpr int max_threads = ND_AXIS_SLAB_THREADS;
     static constexpr int min_packs = 4;     /* packs a thread must get, or the column plan runs */
     /* packs a thread keeps: 128 bytes, as the row engine, except 16-bit 8 packs, which spilled
-     * 32 bytes at the 64-register cap (nvcc 13, -Xptxas -v; 7 packs spill 8-16, 28-36 in tiles,
-     * float32 8 packs 8). H100, (512,896,4,12) 16-bit: 7 packs 74-75% of the copy ceiling, 6 packs 71-73, 5
-     * packs 64-67 (more blocks a slab, more cluster traffic). */
+     * 32 bytes at the 64-register cap (nvcc 13, -Xptxas -v; 7 packs spill 8-16, 28-36 in
+     * tiles, float32 8 packs 8). H100, (512,896,4,12) 16-bit: 7 packs 74-75% of the copy
+     * ceiling, 6 packs 71-73, 5 packs 64-67 (more blocks a slab, more cluster traffic). */
     static constexpr int max_packs(size_t es) { return es == 2 ? ND_AXIS_SLAB_PACKS16 : 8; }
     static constexpr int max_q = 64;        /* 16-byte packs of a tile row (512 16-bit elements) */
     static constexpr int tile_min = 4;      /* narrowest tile (64 bytes) where a row is cut */
@@ -619,7 +622,10 @@ struct slab_policy {
      * as 16-bit's 8) measured faster: (128,128,16,16) ax0 87.5 -> 98, (32,1000,56,56) ax1 80-81
      * -> 84; it stays at 8 until gpu_axis has run with it (that session's device time ran out
      * first): -DND_AXIS_TILE_MAX32=16. */
-    static constexpr int tile_max(size_t es) { return es == 2 ? ND_AXIS_TILE_MAX16 : ND_AXIS_TILE_MAX32; }
+    static constexpr int tile_max(size_t es)
+    {
+        return es == 2 ? ND_AXIS_TILE_MAX16 : ND_AXIS_TILE_MAX32;
+    }
     static constexpr int max_cluster = 8;   /* portable cluster size */
     static constexpr int fill_blocks_per_sm = 2; /* fewer blocks than this per SM: column plan */
 };
@@ -1170,13 +1176,7 @@ static cudaError_t launch_rows(const axis_plan &pl, const void *x, void *y, int 
     }
 }
 
-/*
- * The slab layout's block for these tensors (see softmax_axis_slab): x and y on the 16-byte grid
- * with whole packs in an inner row, and a block of a multiple of lcm(32, q) threads (so every
- * pack of a thread is in its columns, and blocks are whole warps) with at least 4 threads a
- * column. Returns the block's threads and fills g (one block a slab), or 0 where the layout does
- * not apply.
- */
+/* lcm(32, q): the least block of whole warps whose threads cycle through q pack-columns evenly */
 static int64_t lcm32(int64_t q)
 {
     int64_t l = 32;
@@ -1184,6 +1184,15 @@ static int64_t lcm32(int64_t q)
         l += 32;
     return l;
 }
+
+/*
+ * The slab layout's block for these tensors (see softmax_axis_slab): x and y on the 16-byte grid
+ * with whole packs in an inner row; tiles of q packs, the whole row or (tile_max > 0) the widest
+ * tile of tile_min .. tile_max packs that divides it; a block of a multiple of lcm(32, q) threads
+ * (so every pack of a thread is in its columns, and blocks are whole warps) with at least 4
+ * threads a column. Returns the block's threads and fills g (one block a tile), or 0 where the
+ * layout does not apply.
+ */
 
 static int slab_layout(const nd_softmax_args *a, size_t es, int tile_max, slab_geom *g)
 {
@@ -1194,7 +1203,6 @@ static int slab_layout(const nd_softmax_args *a, size_t es, int tile_max, slab_g
     const int64_t row = a->inner / vec;
     if (a->dim * row > 0x7fffffff)
         return 0;
-    /* the whole row, or the widest tile of tile_min .. tile_max packs that divides it */
     int64_t q = 0;
     for (int64_t d = std::min(row, (int64_t)pol::max_q); d >= 1 && q == 0; d--) {
         if (row % d != 0 || (d < row && (d > tile_max || d < pol::tile_min)))
