@@ -910,9 +910,7 @@ softmax_axis_slab_stats(const T *__restrict__ x, float *__restrict__ part, slab_
             ms[1][j] = a[1];
         }
     }
-    slab_geom one = g;
-    one.cluster = 1;
-    slab_allreduce<VEC>(ms, red, col, col, one, t % g.q, op_online());
+    slab_allreduce<VEC>(ms, red, col, col, g, t % g.q, op_online()); /* g.cluster is 1 here */
     /* col holds the block's pair for every column (slab_allreduce's last barrier passed) */
     for (int c = t; c < g.inner; c += nt)
 #pragma unroll
