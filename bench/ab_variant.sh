@@ -2,31 +2,39 @@
 # ab_variant.sh - a bench_gpu built against the kernels library with one kernel file compiled
 # differently, for A/B runs of kernel knobs on the GPU machine (bench/ab_rounds.sh runs them).
 #
-#   bench/ab_variant.sh NAME FILE.cu [NVCC FLAGS...]
+#   bench/ab_variant.sh NAME FILE.cu[,FILE.cu...] [NVCC FLAGS...]
 #
-# Copies $(BUILD)/libndkernels.a (make it first), compiles FILE.cu with the Makefile's nvcc flags
-# plus the given ones (for example -DND_AXIS_SLAB=0), puts the object in the copy under the name
-# of the kernel file it replaces (the library's member for kernels/NAME.cu is NAME.o), links
-# bench/bench_gpu.cu against it and writes $(BUILD)/ab/bench_gpu_NAME (stripped; the device code
-# is most of its size). FILE.cu may be an older copy of a kernel file: KERNEL=softmax_axis names
-# the member it replaces when FILE.cu's own name differs.
+# Copies $(BUILD)/libndkernels.a (make it first), compiles each FILE.cu with the Makefile's nvcc
+# flags plus the given ones (for example -DND_AXIS_SLAB=0), puts the objects in the copy under the
+# names of the kernel files they replace (the library's member for kernels/NAME.cu is NAME.o),
+# links bench/bench_gpu.cu against it and writes $(BUILD)/ab/bench_gpu_NAME (stripped; the device
+# code is most of its size). Several files (a knob in a shared header, e.g. rows_split.cuh, is
+# compiled into every row op) are compiled in parallel. One FILE.cu may be an older copy of a
+# kernel file: KERNEL=softmax_axis names the member it replaces when FILE.cu's own name differs.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,13p' "$0" >&2; exit 2; }
-name=$1 src=$2
+[ $# -ge 2 ] || { sed -n '2,14p' "$0" >&2; exit 2; }
+name=$1 srcs=$2
 shift 2
 BUILD=${BUILD:-build}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 FLAGS="-O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 -lineinfo"
-member=${KERNEL:-$(basename "$src" .cu)}.o
 [ -f "$BUILD/libndkernels.a" ] || { echo "ab_variant.sh: no $BUILD/libndkernels.a (make first)" >&2; exit 1; }
-ar t "$BUILD/libndkernels.a" | grep -qx "$member" ||
-    { echo "ab_variant.sh: $BUILD/libndkernels.a has no member $member (KERNEL=...)" >&2; exit 1; }
 dir=$BUILD/ab/$name
 mkdir -p "$dir"
 cp "$BUILD/libndkernels.a" "$dir/libndkernels.a"
-# shellcheck disable=SC2086
-"$NVCC" $FLAGS -Ikernels "$@" -c "$src" -o "$dir/$member"
-(cd "$dir" && ar r libndkernels.a "$member")
+members=()
+IFS=, read -ra files <<< "$srcs"
+for src in "${files[@]}"; do
+    member=$(basename "$src" .cu).o
+    [ ${#files[@]} -eq 1 ] && member=${KERNEL:-$(basename "$src" .cu)}.o
+    ar t "$BUILD/libndkernels.a" | grep -qx "$member" ||
+        { echo "ab_variant.sh: $BUILD/libndkernels.a has no member $member (KERNEL=...)" >&2; exit 1; }
+    members+=("$member")
+    # shellcheck disable=SC2086
+    "$NVCC" $FLAGS -Ikernels "$@" -c "$src" -o "$dir/$member" &
+done
+for _ in "${files[@]}"; do wait -n || { echo "ab_variant.sh: a compile failed" >&2; exit 1; }; done
+(cd "$dir" && ar r libndkernels.a "${members[@]}")
 # shellcheck disable=SC2086
 "$NVCC" $FLAGS bench/bench_gpu.cu "$dir/libndkernels.a" -o "$dir/bench_gpu" -lpthread -lm
 strip -o "$BUILD/ab/bench_gpu_$name" "$dir/bench_gpu"

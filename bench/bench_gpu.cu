@@ -9,7 +9,7 @@
  * rotating among k input/output sets so the working set is well past L2; the graph is replayed
  * after a warm-up and the median replay time over N is the time per launch. Inputs are random.
  *
- *   bench_gpu [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] [--cols N] [--csv PATH]
+ *   bench_gpu [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] [--cols N[,N...]] [--csv PATH]
  *             [--quick]
  *
  * Prints a table and writes CSV (default bench/results/gpu.csv). Each line ends with the plan the
@@ -90,7 +90,7 @@ static std::vector<shape> make_shapes(bool quick)
 int main(int argc, char **argv)
 {
     std::string suite = "all", only_op, only_dtype, csv = "bench/results/gpu.csv";
-    int64_t only_cols = 0;
+    std::vector<int64_t> only_cols; /* --cols 65536,262144: any of these */
     bool quick = false;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
@@ -103,12 +103,16 @@ int main(int argc, char **argv)
         else if (a == "--csv" && i + 1 < argc)
             csv = argv[++i];
         else if (a == "--cols" && i + 1 < argc)
-            only_cols = atoll(argv[++i]);
+            for (char *c = argv[++i], *end; *c; c = end + (*end == ',')) {
+                only_cols.push_back(strtoll(c, &end, 10));
+                if (end == c || (*end && *end != ','))
+                    { fprintf(stderr, "bench_gpu: --cols: not a list of numbers: %s\n", argv[i]); return 2; }
+            }
         else if (a == "--quick")
             quick = true;
         else {
             fprintf(stderr, "usage: %s [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] "
-                    "[--cols N] [--csv PATH] [--quick]\n", argv[0]);
+                    "[--cols N[,N...]] [--csv PATH] [--quick]\n", argv[0]);
             return 2;
         }
     }
@@ -138,7 +142,8 @@ int main(int argc, char **argv)
             continue;
         if (!only_op.empty() && only_op != sh.op)
             continue;
-        if (only_cols && only_cols != sh.dim)
+        if (!only_cols.empty() &&
+            std::find(only_cols.begin(), only_cols.end(), sh.dim) == only_cols.end())
             continue;
         for (nd_dtype dt : dts) {
             if (!only_dtype.empty() && only_dtype != nd_dtype_name(dt))

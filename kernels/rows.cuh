@@ -255,18 +255,28 @@ __device__ __forceinline__ void nd_row_emit(const nd_rows_args<T> &a, const type
  * start). Folded into one helper (const bool pipe = PIPE && pp.begin(...)), same logic, the
  * 16-bit block kernel at 32768 columns, which spills at 8 packs a thread, ran at 77-78% of the
  * copy ceiling instead of 87.4 (H200, one run): measure that shape before refactoring here. */
-template <class Op, class T, int VEC> struct nd_param_pipe {
-    uint4 g, b;
+template <class Op, class T, int VEC, int HOLD = 1> struct nd_param_pipe {
+    /* HOLD packs of parameters in flight: the pack in use and the next HOLD - 1 (1: one ahead;
+     * a lane's PACKS: all of them loaded with x, ND_ROWS_PARAM_HOLD) */
+    uint4 g[HOLD], b[HOLD];
     static __device__ __forceinline__ bool usable(const nd_rows_args<T> &a, bool full, int h)
     {
         return full && a.p0 && nd_grid_offset<T, VEC>(a.p0) == h &&
                (Op::kParams < 2 || (a.p1 && nd_grid_offset<T, VEC>(a.p1) == h));
     }
-    __device__ __forceinline__ void start(const nd_rows_args<T> &a, int c0)
+    __device__ __forceinline__ void load(const nd_rows_args<T> &a, int c0, int k)
     {
-        g = __ldg(reinterpret_cast<const uint4 *>(a.p0 + c0));
+        g[k] = __ldg(reinterpret_cast<const uint4 *>(a.p0 + c0));
         if (Op::kParams >= 2)
-            b = __ldg(reinterpret_cast<const uint4 *>(a.p1 + c0));
+            b[k] = __ldg(reinterpret_cast<const uint4 *>(a.p1 + c0));
+    }
+    /* the first min(HOLD, PACKS) packs of a lane whose pack i starts at c_first + i * stride */
+    template <int PACKS>
+    __device__ __forceinline__ void start(const nd_rows_args<T> &a, int c_first, int stride)
+    {
+#pragma unroll
+        for (int k = 0; k < HOLD && k < PACKS; k++)
+            load(a, c_first + k * stride, k);
     }
     /* pack i of this lane starts at column c_first + i * stride; v holds its elements */
     template <int PACKS, class V>
@@ -278,10 +288,10 @@ template <class Op, class T, int VEC> struct nd_param_pipe {
         for (int i = 0; i < PACKS; i++) {
             const int c0 = c_first + i * stride;
             nd_regrow<T, VEC> gp, bp;
-            memcpy(gp.w, &g, sizeof g);
-            memcpy(bp.w, &b, sizeof b);
-            if (i + 1 < PACKS)
-                start(a, c0 + stride);
+            memcpy(gp.w, &g[i % HOLD], sizeof(uint4));
+            memcpy(bp.w, &b[i % HOLD], sizeof(uint4));
+            if (i + HOLD < PACKS)
+                load(a, c0 + HOLD * stride, i % HOLD);
             float o[VEC];
 #pragma unroll
             for (int j = 0; j < VEC; j++)
@@ -342,6 +352,11 @@ enum { ND_ROWS_WARP_BLOCK = 128 };
  * 72-register cap and keep the old order. (bench/results/param_pipe_h200.txt) */
 #ifndef ND_ROWS_PARAM_PIPE
 #define ND_ROWS_PARAM_PIPE 1
+#endif
+/* The warp kernel's lanes of at most this many packs load all their parameters with x, not one
+ * pack ahead (0: never). */
+#ifndef ND_ROWS_PARAM_HOLD
+#define ND_ROWS_PARAM_HOLD 0
 #endif
 /* The same in the block and cluster kernels (one row per block or cluster), for LayerNorm: H200,
  * two runs each, float16 / bfloat16 4096 columns 87 -> 91%, 32768 86 -> 88, 16384 88.6 -> 87.5,
@@ -493,12 +508,12 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
         /* ND_ROWS_PARAM_PIPE: the first pack's parameters, loaded with x */
         constexpr bool PIPE = ND_ROWS_PARAM_PIPE && Op::kParams > 0 && R == 1 &&
                               !(sizeof(T) == 4 && PACKS >= 7);
-        nd_param_pipe<Op, T, VEC> pp;
+        nd_param_pipe<Op, T, VEC, PACKS <= ND_ROWS_PARAM_HOLD ? PACKS : 1> pp;
         bool pipe = false;
         if constexpr (PIPE) {
             pipe = row[0] < a.rows && pp.usable(a, ctx.full(0), ctx.h[0]);
             if (pipe)
-                pp.start(a, gl * VEC - ctx.h[0]);
+                pp.template start<PACKS>(a, gl * VEC - ctx.h[0], W * VEC);
         }
         typename Op::State st[R];
         Op::template stats<R, N>(v, st, ctx, prm);
@@ -693,7 +708,7 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
         if constexpr (PIPE) {
             pipe = pp.usable(a, ctx.full(0), ctx.h);
             if (pipe)
-                pp.start(a, ctx.g * VEC - ctx.h);
+                pp.template start<PACKS>(a, ctx.g * VEC - ctx.h, ctx.G * VEC);
         }
         typename Op::State st[1];
         Op::template stats<1, N>(v, st, ctx, prm);

@@ -86,6 +86,16 @@
 /* The share of the device one launch may need resident at once: a row's chunks must fit in
  * 1 / ND_ROWS_SPLIT_SHARE of the blocks the device holds (see the deadlock argument at the
  * kernel; 4 = the daemon's default number of streams per device). */
+/* Threads per SM the chunk kernel's launch bounds ask for (its register cap), unless the op's
+ * min_blocks names a number for ND_CTX_CROSS_BLOCK (nd_rows_min_blocks). */
+#ifndef ND_ROWS_SPLIT_MIN_THREADS
+#define ND_ROWS_SPLIT_MIN_THREADS ND_ROWS_MIN_THREADS_PER_SM
+#endif
+/* The chunk kernel pipes the parameters of 16-bit rows of at most this many packs a thread
+ * (nd_block_pipe_ok's rule for the block kernel by default). */
+#ifndef ND_ROWS_SPLIT_PIPE16_MAX_PACKS
+#define ND_ROWS_SPLIT_PIPE16_MAX_PACKS ND_ROWS_PIPE16_MAX_PACKS
+#endif
 #ifndef ND_ROWS_SPLIT_SHARE
 #define ND_ROWS_SPLIT_SHARE 4
 #endif
@@ -266,7 +276,9 @@ template <int VEC, int PACKS, int THREADS> struct nd_split_ctx : nd_group_row<VE
  * ------------------------------------------------------------------------------------------- */
 
 template <class Op, class T, int VEC, int PACKS, int THREADS>
-__global__ void __launch_bounds__(THREADS, ND_ROWS_MIN_THREADS_PER_SM / THREADS)
+__global__ void __launch_bounds__(THREADS, nd_rows_min_blocks<Op>(ND_CTX_CROSS_BLOCK, (int)sizeof(T),
+                                                                 PACKS, THREADS,
+                                                                 ND_ROWS_SPLIT_MIN_THREADS / THREADS))
 nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
 {
     constexpr int N = PACKS * VEC;
@@ -295,13 +307,14 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
                                        Op::kPad, &v[0].w[i * 4]);
     /* ND_ROWS_PARAM_PIPE_SPLIT, as in the block kernel: the first pack's parameters with x */
     constexpr bool PIPE = ND_ROWS_PARAM_PIPE_SPLIT && Op::kParams >= 2 &&
-                          nd_block_pipe_ok<T>(PACKS);
+                          (sizeof(T) == 4 ? nd_block_pipe_ok<T>(PACKS)
+                                          : PACKS <= ND_ROWS_SPLIT_PIPE16_MAX_PACKS);
     nd_param_pipe<Op, T, VEC> pp;
     bool pipe = false;
     if constexpr (PIPE) {
         pipe = pp.usable(a, ctx.full(0), ctx.h);
         if (pipe)
-            pp.start(a, ctx.g * VEC - ctx.h);
+            pp.template start<PACKS>(a, ctx.g * VEC - ctx.h, THREADS * VEC);
     }
     typename Op::State st[1];
     Op::template stats<1, N>(v, st, ctx, prm);
