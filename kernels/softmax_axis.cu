@@ -114,8 +114,8 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_TILE_MAX16 /* widest tile, in packs, where a 16-bit inner row is cut (0: none) */
 #define ND_AXIS_TILE_MAX16 8
 #endif
-#ifndef ND_AXIS_TILE_MAX32 /* the same for float32 (16 measured faster: see slab_policy) */
-#define ND_AXIS_TILE_MAX32 8
+#ifndef ND_AXIS_TILE_MAX32 /* the same for float32 */
+#define ND_AXIS_TILE_MAX32 16
 #endif
 #ifndef ND_AXIS_SLAB_SPLIT /* 0: never take the two-pass slab path (A/B runs) */
 #define ND_AXIS_SLAB_SPLIT 1
@@ -619,9 +619,9 @@ struct slab_policy {
     /* widest (H100, three alternating rounds, bench/results/axis_tiles_h100.txt): 16-bit at 16
      * packs against 8, (128,128,16,16) 75-78 -> 68-70% of the copy ceiling, (32,1000,56,56)
      * unchanged; 64 packs lost 10-17 points for both dtypes. float32 at 16 packs (64 elements,
-     * as 16-bit's 8) measured faster: (128,128,16,16) ax0 87.5 -> 98, (32,1000,56,56) ax1 80-81
-     * -> 84; it stays at 8 until gpu_axis has run with it (that session's device time ran out
-     * first): -DND_AXIS_TILE_MAX32=16. */
+     * as 16-bit's 8) against 8: (128,128,16,16) ax0 87.2-87.5 -> 98.2-98.8, (32,1000,56,56) ax1
+     * 79.8-81.1 -> 84.3-84.5, the other shapes within 0.3 (a later H100 call, medians of three
+     * alternating rounds, bench/results/rows_split_h100.txt). */
     static constexpr int tile_max(size_t es)
     {
         return es == 2 ? ND_AXIS_TILE_MAX16 : ND_AXIS_TILE_MAX32;
