@@ -265,7 +265,15 @@ __device__ __forceinline__ void nd_store_pack_stream(T *p, const float (&in)[N])
 template <class T, int N> struct nd_regrow {
     static constexpr int kWords = N * (int)sizeof(T) / 4;
     static constexpr int kElemBytes = (int)sizeof(T);
+    static constexpr bool kExactSet = sizeof(T) == 4; /* set(e, f) keeps f exactly */
     uint32_t w[kWords];
+    /* pack i (16 bytes of T) from its four words, as loaded */
+    __device__ __forceinline__ void put_pack(int i, const uint32_t (&o)[4])
+    {
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            w[i * 4 + k] = o[k];
+    }
     __device__ __forceinline__ float get(int e) const
     {
         if constexpr (sizeof(T) == 4) {
@@ -315,6 +323,34 @@ template <class T, int N> struct nd_regrow {
             w[e / 2] = (e & 1) ? ((w[e / 2] & 0xffffu) | ((uint32_t)b << 16))
                                : ((w[e / 2] & 0xffff0000u) | b);
         }
+    }
+};
+
+/* A row's elements of T held as floats, widened as each pack arrives: twice the registers of
+ * nd_regrow for 16-bit T, in exchange for set(e, f) keeping f exactly (softmax keeps its
+ * exponentials instead of computing them again when it writes; nd_wide_regs). */
+template <class T, int N> struct nd_regrow_wide {
+    static constexpr int kElemBytes = (int)sizeof(T); /* of the row in memory */
+    static constexpr bool kExactSet = true;
+    static constexpr int kVec = 16 / (int)sizeof(T);
+    float f[N];
+    __device__ __forceinline__ void put_pack(int i, const uint32_t (&o)[4])
+    {
+        nd_regrow<T, 16 / sizeof(T)> p;
+        p.put_pack(0, o);
+#pragma unroll
+        for (int j = 0; j < kVec; j++)
+            f[i * kVec + j] = p.get(j);
+    }
+    __device__ __forceinline__ float get(int e) const { return f[e]; }
+    __device__ __forceinline__ void set(int e, float v) { f[e] = v; }
+    __device__ __forceinline__ float max_all() const
+    {
+        float m = f[0];
+#pragma unroll
+        for (int i = 1; i < N; i++)
+            m = fmaxf(m, f[i]);
+        return m;
     }
 };
 

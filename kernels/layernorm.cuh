@@ -44,8 +44,8 @@
 #define ND_LAYERNORM_CUH
 #include "norm.cuh"
 
-#ifndef ND_LN_SUB_FULL16 /* nd_layernorm_policy::sub_full(2) */
-#define ND_LN_SUB_FULL16 (4 * nd_norm_policy::kSubPacks)
+#ifndef ND_LN_PARAM_HOLD16 /* nd_layernorm_op::param_hold(2) */
+#define ND_LN_PARAM_HOLD16 2
 #endif
 
 /* 1: LayerNorm in the register kernels makes one all-reduce of (sum d, sum d^2) with
@@ -102,16 +102,22 @@ struct nd_op_norm_sums {
  * error, ~0.1-0.3 x 2^-24 std, is far inside float32's tolerance. */
 template <int ELEM_BYTES> struct nd_norm_raw : std::integral_constant<bool, ELEM_BYTES == 2> {};
 
-/* LayerNorm's policy: nd_norm_policy's, except that 16-bit rows of 16-31 packs (128-248
- * columns) take 4 packs a lane (4 or 8 lanes) rather than 2 (8 or 16 lanes). H200, bench_gpu,
- * three runs each: float16 / bfloat16 128 columns 71.9 / 73.1 -> 76.6 / 78.0% of the copy
- * ceiling, 32-256 columns unchanged; float32 rows of 16 packs (64 columns) lost 1.6 points that way
- * and keep 2 packs a lane, as RMSNorm does (rows_sweep at 128 float16 columns: 83.3 against 88.0). */
+/* LayerNorm's policy: nd_norm_policy's, with chunks of 256 threads in the split kernel.
+ * 16-bit rows of 16-31 packs (128-248 columns) took 4 packs a lane (4 or 8 lanes) rather than 2
+ * (8 or 16 lanes) while every lane loaded its parameters one pack ahead (H200, three runs:
+ * float16 / bfloat16 128 columns 71.9 / 73.1 -> 76.6 / 78.0% of the copy ceiling). Now lanes of
+ * 2 packs hold both packs' parameters from the start (nd_layernorm_op::param_hold), and 2 packs
+ * a lane are faster: H100, three alternating rounds, 128 columns at 4 packs a lane 87.3 / 87.2,
+ * at 2 packs 88.2 / 87.4, at 2 packs holding their parameters 90.7 / 90.9; 64-512 columns within
+ * 0.4 (bench/results/rows_split_h100.txt). */
 struct nd_layernorm_policy : nd_norm_policy {
-    static constexpr int sub_full(int elem_bytes)
-    {
-        return elem_bytes == 2 ? ND_LN_SUB_FULL16 : nd_norm_policy::sub_full(elem_bytes);
-    }
+    /* Chunks of 256 threads for 16-bit rows too: min_blocks gives them 80 registers (3 blocks an
+     * SM), where 8 packs a thread, two parameters and their pipe fit without spilling (512
+     * threads at 64 registers spilled 28 bytes and kept the pipe off). H100, three alternating
+     * rounds, float16 / bfloat16 % of the copy ceiling: 2048x65536 81.4 / 81.4 -> 88.2 / 88.2,
+     * 512x262144 77.3 / 77.1 -> 84.1 / 84.2, 128x1048576 74.5 / 73.1 -> 79.9 / 80.5; float32
+     * within 0.3 (bench/results/rows_split_h100.txt). */
+    static constexpr int split_threads(int) { return 256; }
 };
 
 struct nd_layernorm_op {
@@ -131,6 +137,8 @@ struct nd_layernorm_op {
      * bfloat16: 8192 columns 94.6 / 94.6 -> 98.9 / 98.9% of the copy ceiling, 16384 95.6 / 95.6
      * -> 98.6 / 98.3. Blocks of 512 keep 2 an SM: 1 (128 registers) took 32768 columns from
      * 93.7 to 84. */
+    /* The split kernel's 16-bit chunks of 256 threads x 8 packs (kind ND_CTX_CROSS_BLOCK) take
+     * the same 3 blocks an SM (80 registers) as the block kernel's. */
     static constexpr int min_blocks(int kind, int elem_bytes, int packs, int threads)
     {
         return kind == ND_CTX_WARP ? (elem_bytes == 2 && packs >= 7 ? 0 : 7)
@@ -142,6 +150,11 @@ struct nd_layernorm_op {
      * 512 threads) instead of 8, which spill 276 bytes a thread at the 64-register cap (nvcc 13,
      * -Xptxas -v; 4 and 5 packs spill none). H200, three runs each: 8192 columns 86.7 -> 87.9% of
      * the copy ceiling, 16384 87.5 -> 81.5, 2048-4096 and 32768 unchanged. Not kept. */
+    /* Warp-kernel lanes of at most this many packs load all their parameters with x
+     * (nd_param_hold): 2 for 16-bit rows (lanes of 4 packs spilled 156 bytes holding theirs at
+     * the 72-register cap, nvcc 13); float32 rows of 64 columns (8 lanes of 2 packs) lost 1.2
+     * points of the copy ceiling holding theirs (H100, bench/results/rows_split_h100.txt). */
+    static __host__ __device__ constexpr int param_hold(int elem_bytes) { return elem_bytes == 2 ? ND_LN_PARAM_HOLD16 : 0; }
     /* the row mean is m_hi + m_lo (two floats); y = (x - m_hi - m_lo) * rstd * gamma + beta */
     struct State {
         float m_hi, m_lo, rstd, nlo; /* nlo = -m_lo * rstd */

@@ -37,6 +37,12 @@ struct nd_norm_policy {
     static constexpr int sub_full(int) { return 8 * kSubPacks; }
     static constexpr int kBlockMin = 128;
     static constexpr int kBlockMax = 512;
+    /* Threads of a split kernel's chunk block (rows_split.cuh; chunks of 8 packs a thread): 256
+     * for float32, 512 for 16-bit. H100, three alternating rounds, % of the copy ceiling, 512 ->
+     * 256: float32 RMSNorm 128x1048576 84.9 -> 89.0, 512x262144 94.2 -> 93.3, 2048x65536 97.1
+     * -> 96.3 (softmax's float32 rows gained 1-2 points at 262144 and 1048576 columns); 16-bit
+     * RMSNorm lost 0 to 1.4 (bench/results/rows_split_h100.txt). */
+    static constexpr int split_threads(int elem_bytes) { return elem_bytes == 4 ? 256 : 512; }
     static constexpr int kClusterMax = 16;
     static constexpr int kStreamThreads = 512;
 };

@@ -354,9 +354,10 @@ enum { ND_ROWS_WARP_BLOCK = 128 };
 #define ND_ROWS_PARAM_PIPE 1
 #endif
 /* The warp kernel's lanes of at most this many packs load all their parameters with x, not one
- * pack ahead (0: never). */
+ * pack ahead: -1 (default) as the op's param_hold(element bytes) says (0 where it names none),
+ * 0 never, n for lanes of up to n packs in every op (A/B runs). */
 #ifndef ND_ROWS_PARAM_HOLD
-#define ND_ROWS_PARAM_HOLD 0
+#define ND_ROWS_PARAM_HOLD -1
 #endif
 /* The same in the block and cluster kernels (one row per block or cluster), for LayerNorm: H200,
  * two runs each, float16 / bfloat16 4096 columns 87 -> 91%, 32768 86 -> 88, 16384 88.6 -> 87.5,
@@ -412,6 +413,33 @@ constexpr int nd_rows_min_blocks(int kind, int elem_bytes, int packs, int thread
     } else {
         return dflt;
     }
+}
+
+/* Packs of parameters a warp-kernel lane of PACKS packs keeps in flight (nd_param_pipe's HOLD):
+ * all of them where PACKS <= the op's param_hold(element bytes) (or ND_ROWS_PARAM_HOLD), else 1. */
+template <class Op, class = void> struct nd_op_has_param_hold : std::false_type {};
+template <class Op>
+struct nd_op_has_param_hold<Op, std::void_t<decltype(Op::param_hold(0))>> : std::true_type {};
+template <class Op> __host__ __device__ constexpr int nd_param_hold(int elem_bytes, int packs)
+{
+    int most = ND_ROWS_PARAM_HOLD;
+    if constexpr (nd_op_has_param_hold<Op>::value)
+        most = most < 0 ? Op::param_hold(elem_bytes) : most;
+    return packs <= most ? packs : 1;
+}
+
+/* Whether the warp kernel holds a lane's elements of T as floats (nd_regrow_wide) rather than
+ * packed (nd_regrow): where the op's wide_regs(element bytes, n) says so for the n = R * N
+ * elements of its R rows. */
+template <class Op, class = void> struct nd_op_has_wide_regs : std::false_type {};
+template <class Op>
+struct nd_op_has_wide_regs<Op, std::void_t<decltype(Op::wide_regs(0, 0))>> : std::true_type {};
+template <class Op> __host__ __device__ constexpr bool nd_wide_regs(int elem_bytes, int n)
+{
+    if constexpr (nd_op_has_wide_regs<Op>::value)
+        return elem_bytes < 4 && Op::wide_regs(elem_bytes, n);
+    else
+        return false;
 }
 
 template <int W, int R, int PACKS, int VEC> struct nd_warp_ctx {
@@ -485,7 +513,8 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
     if (PF && base < a.rows)
         prefetch(base);
     for (; base < a.rows; base += step) {
-        nd_regrow<T, N> v[R];
+        typename std::conditional<nd_wide_regs<Op>((int)sizeof(T), R * N), nd_regrow_wide<T, N>,
+                                  nd_regrow<T, N>>::type v[R];
         int64_t row[R];
         nd_cp_async_wait_all();
 #pragma unroll
@@ -494,13 +523,14 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
             ctx.h[r] = nd_grid_offset<T, VEC>(a.x + (row[r] < a.rows ? row[r] : 0) * a.cols);
 #pragma unroll
             for (int i = 0; i < PACKS; i++) {
+                uint32_t wds[4];
                 if (PF)
-                    nd_slot_words(&pf[r * PACKS + i][threadIdx.x], &v[r].w[i * 4]);
+                    nd_slot_words(&pf[r * PACKS + i][threadIdx.x], wds);
                 else
                     nd_row_load_words<T, VEC, int>(a.x + (row[r] < a.rows ? row[r] : 0) * a.cols,
                                                    (i * W + gl) * VEC - ctx.h[r],
-                                                   row[r] < a.rows ? ctx.cols : 0, Op::kPad,
-                                                   &v[r].w[i * 4]);
+                                                   row[r] < a.rows ? ctx.cols : 0, Op::kPad, wds);
+                v[r].put_pack(i, wds);
             }
         }
         if (PF && base + step < a.rows)
@@ -508,7 +538,7 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
         /* ND_ROWS_PARAM_PIPE: the first pack's parameters, loaded with x */
         constexpr bool PIPE = ND_ROWS_PARAM_PIPE && Op::kParams > 0 && R == 1 &&
                               !(sizeof(T) == 4 && PACKS >= 7);
-        nd_param_pipe<Op, T, VEC, PACKS <= ND_ROWS_PARAM_HOLD ? PACKS : 1> pp;
+        nd_param_pipe<Op, T, VEC, nd_param_hold<Op>((int)sizeof(T), PACKS)> pp;
         bool pipe = false;
         if constexpr (PIPE) {
             pipe = row[0] < a.rows && pp.usable(a, ctx.full(0), ctx.h[0]);
@@ -908,10 +938,11 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
  *                  reduction, in groups of w lanes of `packs` packs (R = that / packs rows, >= 1)
  *   kSubPacks      packs per lane in the sub-warp kernel for rows of sub_full..16 * kSubPacks
  *                  packs; half as many below sub_full(element bytes) (8 * kSubPacks; for
- *                  16-bit rows LayerNorm's is 4 * kSubPacks, softmax's 2 * kSubPacks and
- *                  log_softmax's 4 * kSubPacks: from 2 or 4 lanes)
+ *                  16-bit rows softmax's is 2 * kSubPacks and log_softmax's 4 * kSubPacks:
+ *                  from 2 or 4 lanes)
  *   kBlockMin, kBlockMax   block sizes of the block kernel (powers of two, 64 <= kBlockMin,
  *                  kBlockMax <= 8 * kBlockMin)
+ *   split_threads(element bytes)  threads of the split kernel's chunk blocks (8 packs each)
  *   kClusterMax    largest cluster (<= 16)
  *   kStreamThreads block size of the stream kernel
  * Choice by P, the most 16-byte packs any row spans:
@@ -923,7 +954,7 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
  *                                to +12, but -15 to -33 where it left a lane alone on a row
  *   P <= 32 * PM                 warp kernel, a full warp per row, ceil(P / 32) packs per lane
  *   P <= kBlockMax * PM          block kernel, the smallest block that holds the row
- *   P > kBlockMax * PM           split kernel (rows_split.cuh): chunk blocks of kBlockMax
+ *   P > kBlockMax * PM           split kernel (rows_split.cuh): chunk blocks of split_threads
  *                                threads combining through global memory, while a quarter of
  *                                the device holds a row's chunks at once (up to about 1M
  *                                float32 / 2M 16-bit columns); else:

@@ -4,7 +4,8 @@
  * statistics through global memory. Included by rows.cuh before nd_rows_run.
  *
  * Technique. A row of P packs (16 bytes) is cut into C = ceil(P / (THREADS * PACKS)) chunks of
- * THREADS * PACKS consecutive packs (512 threads x 8 packs = 64 KB); one block holds one chunk
+ * THREADS * PACKS consecutive packs (the op's split_threads x 8 packs: 512 x 8 = 64 KB, or
+ * 256 x 8 = 32 KB); one block holds one chunk
  * in registers, laid out like a block of the block kernel (thread t holds packs t, t + THREADS,
  * ...) so every access is a coalesced 16-byte one and x is read from memory exactly once. The
  * Op's stats run unchanged against nd_split_ctx, whose allreduce<K>(v, op) is
@@ -75,27 +76,32 @@
 #ifndef ND_ROWS_SPLIT_MIN_CHUNKS
 #define ND_ROWS_SPLIT_MIN_CHUNKS 2
 #endif
-/* Chunk shape: threads per block and packs per thread (0: the op's kBlockMax and
- * kRegBytes / 16, the block kernel's largest block). */
+/* Chunk shape: threads per block and packs per thread (0: the op's split_threads(element
+ * bytes) and kRegBytes / 16). */
 #ifndef ND_ROWS_SPLIT_THREADS
 #define ND_ROWS_SPLIT_THREADS 0
 #endif
 #ifndef ND_ROWS_SPLIT_PACKS
 #define ND_ROWS_SPLIT_PACKS 0
 #endif
-/* The share of the device one launch may need resident at once: a row's chunks must fit in
- * 1 / ND_ROWS_SPLIT_SHARE of the blocks the device holds (see the deadlock argument at the
- * kernel; 4 = the daemon's default number of streams per device). */
 /* Threads per SM the chunk kernel's launch bounds ask for (its register cap), unless the op's
  * min_blocks names a number for ND_CTX_CROSS_BLOCK (nd_rows_min_blocks). */
 #ifndef ND_ROWS_SPLIT_MIN_THREADS
 #define ND_ROWS_SPLIT_MIN_THREADS ND_ROWS_MIN_THREADS_PER_SM
 #endif
-/* The chunk kernel pipes the parameters of 16-bit rows of at most this many packs a thread
- * (nd_block_pipe_ok's rule for the block kernel by default). */
-#ifndef ND_ROWS_SPLIT_PIPE16_MAX_PACKS
-#define ND_ROWS_SPLIT_PIPE16_MAX_PACKS ND_ROWS_PIPE16_MAX_PACKS
+/* The chunk kernel pipes the parameters of 16-bit rows of more than ND_ROWS_PIPE16_MAX_PACKS
+ * packs a thread where its register cap is at least this many (the pipe's 8 more registers then
+ * fit: LayerNorm's 16-bit chunks of 256 threads x 8 packs at 80 spill nothing with it). H100,
+ * three alternating rounds, float16 / bfloat16 LayerNorm in chunks of 256 x 8 at 80 registers
+ * without the pipe -> with it: 2048x65536 78.7 / 78.3 -> 88.2 / 88.2% of the copy ceiling,
+ * 512x262144 72.4 / 72.0 -> 84.1 / 84.2, 128x1048576 67.9 / 67.5 -> 79.9 / 80.5
+ * (bench/results/rows_split_h100.txt). */
+#ifndef ND_ROWS_SPLIT_PIPE16_MIN_REGS
+#define ND_ROWS_SPLIT_PIPE16_MIN_REGS 80
 #endif
+/* The share of the device one launch may need resident at once: a row's chunks must fit in
+ * 1 / ND_ROWS_SPLIT_SHARE of the blocks the device holds (see the deadlock argument at the
+ * kernel; 4 = the daemon's default number of streams per device). */
 #ifndef ND_ROWS_SPLIT_SHARE
 #define ND_ROWS_SPLIT_SHARE 4
 #endif
@@ -275,10 +281,19 @@ template <int VEC, int PACKS, int THREADS> struct nd_split_ctx : nd_group_row<VE
  * more streams all running rows of near that limit at once is not covered.
  * ------------------------------------------------------------------------------------------- */
 
+/* Blocks per SM the chunk kernel's launch bounds ask for, and whether its 16-bit rows pipe their
+ * parameters (at a register cap of ND_ROWS_SPLIT_PIPE16_MIN_REGS or more, or where the block
+ * kernel would). Constants, so device code reads them without calling host functions. */
+template <class Op, class T, int PACKS, int THREADS> struct nd_split_bounds {
+    static constexpr int min_blocks = nd_rows_min_blocks<Op>(ND_CTX_CROSS_BLOCK, (int)sizeof(T), PACKS,
+                                                             THREADS, ND_ROWS_SPLIT_MIN_THREADS / THREADS);
+    static constexpr int regs = 65536 / (min_blocks * THREADS) & ~7;
+    static constexpr bool pipe = nd_block_pipe_ok<T>(PACKS) ||
+                                 (sizeof(T) == 2 && regs >= ND_ROWS_SPLIT_PIPE16_MIN_REGS);
+};
+
 template <class Op, class T, int VEC, int PACKS, int THREADS>
-__global__ void __launch_bounds__(THREADS, nd_rows_min_blocks<Op>(ND_CTX_CROSS_BLOCK, (int)sizeof(T),
-                                                                 PACKS, THREADS,
-                                                                 ND_ROWS_SPLIT_MIN_THREADS / THREADS))
+__global__ void __launch_bounds__(THREADS, (nd_split_bounds<Op, T, PACKS, THREADS>::min_blocks))
 nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
 {
     constexpr int N = PACKS * VEC;
@@ -307,8 +322,7 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
                                        Op::kPad, &v[0].w[i * 4]);
     /* ND_ROWS_PARAM_PIPE_SPLIT, as in the block kernel: the first pack's parameters with x */
     constexpr bool PIPE = ND_ROWS_PARAM_PIPE_SPLIT && Op::kParams >= 2 &&
-                          (sizeof(T) == 4 ? nd_block_pipe_ok<T>(PACKS)
-                                          : PACKS <= ND_ROWS_SPLIT_PIPE16_MAX_PACKS);
+                          nd_split_bounds<Op, T, PACKS, THREADS>::pipe;
     nd_param_pipe<Op, T, VEC> pp;
     bool pipe = false;
     if constexpr (PIPE) {
@@ -353,7 +367,8 @@ static nd_status nd_rows_split_try(const nd_rows_args<T> &a, const typename Op::
                                    const char *name, nd_error *err, bool *ran)
 {
     constexpr int VEC = nd_cuda_type<T>::pack;
-    constexpr int THREADS = ND_ROWS_SPLIT_THREADS ? ND_ROWS_SPLIT_THREADS : Pol::kBlockMax;
+    constexpr int THREADS =
+        ND_ROWS_SPLIT_THREADS ? ND_ROWS_SPLIT_THREADS : Pol::split_threads((int)sizeof(T));
     constexpr int PACKS = ND_ROWS_SPLIT_PACKS ? ND_ROWS_SPLIT_PACKS : Pol::kRegBytes / 16;
     static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, one block");
     *ran = false;

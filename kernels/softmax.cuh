@@ -11,8 +11,10 @@
  *   each thread takes its local max mt and replaces its elements by e = exp(x - mt), summing
  *   them to st; the (mt, st) pairs are all-reduced with the online merge
  *   (m, s) = (max, s1 * exp(m1 - m) + s2 * exp(m2 - m)); then y = e * (exp(mt - m) / s).
- *   log_softmax keeps x and writes (x - m) - log(s). 16-bit rows keep x packed and compute
- *   exp(x - mt) a second time when writing (cheaper than repacking the exponentials).
+ *   log_softmax keeps x and writes (x - m) - log(s). In 16-bit rows, a warp-kernel lane of at
+ *   most 32 elements holds them as floats and keeps its exponentials as float32 rows do
+ *   (wide_regs); longer lanes and the block kernels keep x packed and compute exp(x - mt) a
+ *   second time when writing (cheaper than repacking the exponentials).
  * Departures from the seed: rows longer than a block's registers go to a thread-block cluster
  * that merges the pairs through distributed shared memory (sm_90), so x is read once up to
  * 262144 float32 / 524288 16-bit columns; the stream kernel (two passes over x) only beyond that.
@@ -33,6 +35,9 @@
 #endif
 #ifndef ND_LSM_SUB_FULL16 /* nd_softmax_policy<true>::sub_full(2) */
 #define ND_LSM_SUB_FULL16 16
+#endif
+#ifndef ND_SM_WIDE16 /* nd_softmax_op<false>::wide_regs: 16-bit lanes of up to this many elements (0: none) */
+#define ND_SM_WIDE16 32
 #endif
 
 template <bool LOG> struct nd_softmax_policy {
@@ -67,6 +72,11 @@ template <bool LOG> struct nd_softmax_policy {
      * 1536-2048 within +-1 (the norms lost up to 3 points this way and keep 128) */
     static constexpr int kBlockMin = 64;
     static constexpr int kBlockMax = 512;
+    /* Threads of a split kernel's chunk block (rows_split.cuh): 256 for float32, 512 for 16-bit.
+     * H100, three alternating rounds, 512 -> 256, % of the copy ceiling: float32 softmax /
+     * log_softmax 128x1048576 83.2 / 83.7 -> 85.0 / 85.4, 512x262144 92.3 / 92.4 -> 93.4 / 93.8,
+     * 2048x65536 unchanged; 16-bit within -1 to +1 (bench/results/rows_split_h100.txt). */
+    static constexpr int split_threads(int elem_bytes) { return elem_bytes == 4 ? 256 : 512; }
     static constexpr int kClusterMax = 16;
     static constexpr int kStreamThreads = 512;
 };
@@ -93,6 +103,17 @@ template <bool LOG> struct nd_softmax_op {
         float m, k;
         bool recompute;
     };
+    /* The warp kernel holds a 16-bit lane's n elements as floats (nd_regrow_wide) where n <=
+     * ND_SM_WIDE16, so softmax keeps each exponential as float32 rows do: one exp2f an element,
+     * not two. Where the multi-function unit was the bound (rows of 64-256 columns: a lane's 32
+     * exponentials twice, with every block of the grid resident at once, so no loads overlap
+     * them), H100, three alternating rounds, float16 / bfloat16 % of the copy ceiling, packed ->
+     * floats: 32 columns 100.8 / 100.8 -> 103.8 / 103.8, 64 91.5 / 90.3 -> 93.9 / 94.3, 128 91.6
+     * / 92.1 -> 95.7 / 95.9, 256 94.7 / 94.8 -> 96.0 / 95.9, 512 97.3 / 97.4 -> 98.0 / 98.1,
+     * 1024 98.4 / 98.4 -> 98.9 / 98.8 (bench/results/rows_final_h100.txt). No lane of them spills
+     * (nvcc 13, -Xptxas -v); lanes of 4 rows x 16 elements (R * N = 64) spilled 300 bytes, so n
+     * counts every row a lane holds. */
+    static __host__ __device__ constexpr bool wide_regs(int, int n) { return !LOG && n <= ND_SM_WIDE16; }
 
     template <int R, int N, class V, class Ctx>
     static __device__ __forceinline__ void stats(V (&v)[R], State (&st)[R], const Ctx &ctx,
@@ -108,7 +129,7 @@ template <bool LOG> struct nd_softmax_op {
                 for (int e = 0; e < N; e++) {
                     float ex = exp2f((v[r].get(e) - mt) * ND_LOG2E);
                     s += ex;
-                    if (!LOG && V::kElemBytes == 4)
+                    if (!LOG && V::kExactSet)
                         v[r].set(e, ex);
                     /* finish each 8 elements before the next: computing all 64 exponentials
                      * of a 16-bit row up front spilled registers */
@@ -127,7 +148,7 @@ template <bool LOG> struct nd_softmax_op {
 #pragma unroll
         for (int r = 0; r < R; r++) {
             st[r].m = a[2 * r];
-            st[r].recompute = !LOG && V::kElemBytes != 4;
+            st[r].recompute = !LOG && !V::kExactSet;
             if (st[r].recompute)
                 st[r].m = own[r];
             if (LOG)
