@@ -44,7 +44,7 @@
 #define ND_LAYERNORM_CUH
 #include "norm.cuh"
 
-#ifndef ND_LN_PARAM_HOLD16 /* nd_layernorm_op::param_hold(2) */
+#ifndef ND_LN_PARAM_HOLD16 /* nd_layernorm_op::param_hold: 16-bit lanes of up to this many packs */
 #define ND_LN_PARAM_HOLD16 2
 #endif
 
@@ -118,6 +118,19 @@ struct nd_layernorm_policy : nd_norm_policy {
      * 512x262144 77.3 / 77.1 -> 84.1 / 84.2, 128x1048576 74.5 / 73.1 -> 79.9 / 80.5; float32
      * within 0.3 (bench/results/rows_split_h100.txt). */
     static constexpr int split_threads(int) { return 256; }
+    /* Tried after (H100, three alternating rounds, bench/results/rows_hold_h100.txt), none kept:
+     *   16-bit rows of 32-63 packs at 2 packs a lane too (256 columns: 16 lanes, parameters
+     *   held): 93.1 / 93.9 -> 92.0 / 92.7% of the copy ceiling;
+     *   one row a lane for groups of 4 lanes (16-bit 64 columns; R = 1, parameters held): 92.9
+     *   / 91.5 -> 86.9 / 87.7, float32 32 columns 104.2 -> 88.7;
+     *   blocks of at most 256 threads, so 16-bit rows of 32768 columns take the split kernel
+     *   (2 chunks, 80 registers, piped): 93.9 / 93.7 -> 90.6 / 90.7, float32 16384 99.8 ->
+     *   93.9;
+     *   float32 chunks at 3 blocks an SM (80 registers), parameters piped / not: 512x262144
+     *   89.6 -> 89.6 / 86.2, 2048x65536 82.3 -> 82.3 / 79.9; at 128x1048576
+     *   the rows no longer fit the split kernel's share of the device (128 chunks) and ran at
+     *   39%. Holding the parameters of lanes of R > 1 rows (16-bit 64 columns) spilled
+     *   244-296 bytes at the 72-register cap (nvcc 13) and was not measured. */
 };
 
 struct nd_layernorm_op {
@@ -154,7 +167,10 @@ struct nd_layernorm_op {
      * (nd_param_hold): 2 for 16-bit rows (lanes of 4 packs spilled 156 bytes holding theirs at
      * the 72-register cap, nvcc 13); float32 rows of 64 columns (8 lanes of 2 packs) lost 1.2
      * points of the copy ceiling holding theirs (H100, bench/results/rows_split_h100.txt). */
-    static __host__ __device__ constexpr int param_hold(int elem_bytes) { return elem_bytes == 2 ? ND_LN_PARAM_HOLD16 : 0; }
+    static __host__ __device__ constexpr bool param_hold(int elem_bytes, int packs)
+    {
+        return elem_bytes == 2 && packs <= ND_LN_PARAM_HOLD16;
+    }
     /* the row mean is m_hi + m_lo (two floats); y = (x - m_hi - m_lo) * rstd * gamma + beta */
     struct State {
         float m_hi, m_lo, rstd, nlo; /* nlo = -m_lo * rstd */

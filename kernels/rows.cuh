@@ -353,9 +353,9 @@ enum { ND_ROWS_WARP_BLOCK = 128 };
 #ifndef ND_ROWS_PARAM_PIPE
 #define ND_ROWS_PARAM_PIPE 1
 #endif
-/* The warp kernel's lanes of at most this many packs load all their parameters with x, not one
- * pack ahead: -1 (default) as the op's param_hold(element bytes) says (0 where it names none),
- * 0 never, n for lanes of up to n packs in every op (A/B runs). */
+/* Which warp-kernel lanes load all their parameters with x rather than one pack ahead: -1
+ * (default) those the op's param_hold(element bytes, packs) names (none where it has none), 0
+ * none, n lanes of up to n packs in every op (A/B runs). */
 #ifndef ND_ROWS_PARAM_HOLD
 #define ND_ROWS_PARAM_HOLD -1
 #endif
@@ -416,16 +416,17 @@ constexpr int nd_rows_min_blocks(int kind, int elem_bytes, int packs, int thread
 }
 
 /* Packs of parameters a warp-kernel lane of PACKS packs keeps in flight (nd_param_pipe's HOLD):
- * all of them where PACKS <= the op's param_hold(element bytes) (or ND_ROWS_PARAM_HOLD), else 1. */
+ * all of them where the op's param_hold(element bytes, PACKS) (or ND_ROWS_PARAM_HOLD) says so,
+ * else 1. */
 template <class Op, class = void> struct nd_op_has_param_hold : std::false_type {};
 template <class Op>
-struct nd_op_has_param_hold<Op, std::void_t<decltype(Op::param_hold(0))>> : std::true_type {};
+struct nd_op_has_param_hold<Op, std::void_t<decltype(Op::param_hold(0, 0))>> : std::true_type {};
 template <class Op> __host__ __device__ constexpr int nd_param_hold(int elem_bytes, int packs)
 {
-    int most = ND_ROWS_PARAM_HOLD;
+    bool all = packs <= ND_ROWS_PARAM_HOLD;
     if constexpr (nd_op_has_param_hold<Op>::value)
-        most = most < 0 ? Op::param_hold(elem_bytes) : most;
-    return packs <= most ? packs : 1;
+        all = ND_ROWS_PARAM_HOLD < 0 ? Op::param_hold(elem_bytes, packs) : all;
+    return all ? packs : 1;
 }
 
 /* Whether the warp kernel holds a lane's elements of T as floats (nd_regrow_wide) rather than

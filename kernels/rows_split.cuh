@@ -99,6 +99,7 @@
 #ifndef ND_ROWS_SPLIT_PIPE16_MIN_REGS
 #define ND_ROWS_SPLIT_PIPE16_MIN_REGS 80
 #endif
+
 /* The share of the device one launch may need resident at once: a row's chunks must fit in
  * 1 / ND_ROWS_SPLIT_SHARE of the blocks the device holds (see the deadlock argument at the
  * kernel; 4 = the daemon's default number of streams per device). */
