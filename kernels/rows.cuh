@@ -79,7 +79,11 @@ template <class T, int VEC> __device__ __forceinline__ int nd_grid_offset(const 
 }
 
 /* Load columns [c0, c0 + VEC) of a row into 4 words (one pack); columns outside [0, cols) read
- * as pad. */
+ * as pad. x is loaded evict-first (ld.global.cs) and y stored so (nd_store_pack_stream). H100,
+ * rows suite, three alternating rounds, against default-policy stores / default loads and stores
+ * / read-only-path loads: median -2.2 / -1.3 / -1.0 points of the copy ceiling over 192 shapes,
+ * down to -20 / -24 / -13 (long rows, 16-bit 32 columns); the best gain +6.6 (float32 32 columns,
+ * default stores) (bench/results/rows_hints_h100.txt). */
 template <class T, int VEC, class I>
 __device__ __forceinline__ void nd_row_load_words(const T *row, I c0, I cols, float pad, uint32_t *o)
 {
