@@ -762,6 +762,26 @@ __device__ __forceinline__ void slab_load(R &v, const uint4 *xs, int p, int stri
         }
 }
 
+/* The outputs of a thread's packs i < n, as slab_load put them in v, to ys[p + i * stride]:
+ * per column j of a pack, exp(x - m[j]) * f[j] (softmax, f = 1 / sum) or x - m[j] - f[j]
+ * (log_softmax, f = log(sum)). */
+template <bool LOG, int N, class T, class R, int VEC>
+__device__ __forceinline__ void slab_store(uint4 *ys, int p, int stride, int n, const R &v,
+                                           const float (&m)[VEC], const float (&f)[VEC])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        if (i < n) {
+            float out[VEC];
+#pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                const float d = v.get(i * VEC + j) - m[j];
+                out[j] = LOG ? d - f[j] : exp_le0(d) * f[j];
+            }
+            nd_store_pack_stream<T, VEC>(reinterpret_cast<T *>(ys + p + i * stride), out);
+        }
+}
+
 /*
  * One slab per block (g.cluster == 1) or per cluster of g.cluster blocks; PACKS packs of 16 bytes
  * per thread, kept in registers (16-bit packs as words, widened on use). Every thread holds at
@@ -826,17 +846,7 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
 #pragma unroll
     for (int j = 0; j < VEC; j++)
         s[j] = LOG ? logf(s[j]) : 1.0f / s[j];
-#pragma unroll
-    for (int i = 0; i < PACKS; i++)
-        if (i < n) {
-            float out[VEC];
-#pragma unroll
-            for (int j = 0; j < VEC; j++) {
-                const float d = v.get(i * VEC + j) - m[j];
-                out[j] = LOG ? d - s[j] : exp_le0(d) * s[j];
-            }
-            nd_store_pack_stream<T, VEC>(reinterpret_cast<T *>(ys + first + i * stride), out);
-        }
+    slab_store<LOG, PACKS, T>(ys, first, stride, n, v, m, s);
     if (g.cluster > 1)
         cg::this_cluster().sync(); /* no block leaves while another still reads its col */
 }
@@ -972,17 +982,7 @@ softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float 
         const int n = min(U, (sg.end - p + nt - 1) / nt); /* packs p + u * nt, u < n */
         nd_regrow<T, U * VEC> v;
         slab_load<U>(v, xs, p, nt, n);
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (u < n) {
-                float out[VEC];
-#pragma unroll
-                for (int j = 0; j < VEC; j++) {
-                    const float d = v.get(u * VEC + j) - m[j];
-                    out[j] = LOG ? d - f[j] : exp_le0(d) * f[j];
-                }
-                nd_store_pack_stream<T, VEC>(reinterpret_cast<T *>(ys + p + u * nt), out);
-            }
+        slab_store<LOG, U, T>(ys, p, nt, n, v, m, f);
     }
 }
 
