@@ -409,6 +409,23 @@ struct nd_op_max {
     }
 };
 
+/*
+ * exp(d) for d = x - max <= 0 as one MUFU.EX2 (ex2.approx.ftz) of d * log2(e). Its bound, checked
+ * against the tolerance rule: ex2.approx has a relative error below 2^-22; rounding d * log2(e)
+ * adds at most |d| * 2^-24 (relative) to the result, 1.2e-6 at d = -20, where exp(d) is 2e-9.
+ * So a result near 1 is within 3e-7 of exp(d) (far inside float32's 1e-5 and half an ulp of
+ * float16 / bfloat16), and a result small enough for |d| to matter is far below the absolute
+ * 1e-5 the rule grants. Results below 2^-126 flush to 0, also inside that absolute bound. The
+ * accurate expf costs about three times the instructions, which the two-byte dtypes feel. Used by
+ * softmax over any axis (softmax_axis.cu, softmax.cuh).
+ */
+__device__ __forceinline__ float nd_exp_le0(float d)
+{
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.4426950408889634f));
+    return r;
+}
+
 /* Online-softmax pairs (max m, sum s of exp(x - m)) at a[2j], a[2j+1]: merging rescales each
  * side's sum to the larger max. An empty side is (-inf, 0). K is even. */
 struct nd_op_softmax_pair {

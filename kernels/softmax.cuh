@@ -18,8 +18,9 @@
  * Departures from the seed: rows longer than a block's registers go to a thread-block cluster
  * that merges the pairs through distributed shared memory (sm_90), so x is read once up to
  * 262144 float32 / 524288 16-bit columns; the stream kernel (two passes over x) only beyond that.
- * exp is exp2f((x - m) * log2 e): exp2f is accurate to 2 ulp, and the subtraction comes first so
- * a row with a large mean loses nothing to the scaling. No fast-math intrinsics.
+ * exp is nd_sm_exp(x - m), one ex2.approx of (x - m) * log2 e (as softmax_axis.cu; its bound
+ * against the tolerance is at nd_exp_le0): the subtraction comes first so a row with a large mean
+ * loses nothing to the scaling.
  */
 #ifndef ND_SOFTMAX_CUH
 #define ND_SOFTMAX_CUH
@@ -83,6 +84,21 @@ template <bool LOG> struct nd_softmax_policy {
 
 static constexpr float ND_LOG2E = 1.4426950408889634f;
 
+/* exp(d) for d <= 0 (x less a max it does not exceed): nd_exp_le0 (one ex2.approx.ftz; its bound
+ * is at its definition) where ND_SM_EXP_APPROX, else exp2f(d * log2 e). H100, three alternating
+ * rounds, exp2f -> nd_exp_le0, % of the copy ceiling: softmax float16 / bfloat16 64 columns 92.1
+ * / 94.7 -> 96.9 / 97.0, 512x262144 89.3 / 88.3 -> 91.7 / 91.2, 128x1048576 81.3 / 80.1 -> 84.4 /
+ * 84.0; log_softmax 16-bit 64 columns +2.3, 128 +1.3; float32 64 columns +1.2 / +1.8; most others
+ * within 0.5. Lost: 32 columns, float32 softmax 102.8 -> 98.5, 16-bit 103.5-103.8 -> 101.3-101.5
+ * (bench/results/rows_exp_h100.txt). */
+#ifndef ND_SM_EXP_APPROX
+#define ND_SM_EXP_APPROX 1
+#endif
+static __device__ __forceinline__ float nd_sm_exp(float d)
+{
+    return ND_SM_EXP_APPROX ? nd_exp_le0(d) : exp2f(d * ND_LOG2E);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Op
  * ------------------------------------------------------------------------------------------- */
@@ -97,14 +113,14 @@ template <bool LOG> struct nd_softmax_op {
     typedef nd_softmax_params Params;
     /* register path: softmax k = exp(mt - m) / s (this thread's scale) and, for 16-bit rows,
      * m = mt (y = exp(x - mt) * k is recomputed: packing the exponentials back into 16-bit
-     * registers cost more than a second exp2f); log: m and k = log(s);
+     * registers cost more than a second exponential); log: m and k = log(s);
      * stream path: softmax m and k = 1 / s, log: m and k = log(s) */
     struct State {
         float m, k;
         bool recompute;
     };
     /* The warp kernel holds a 16-bit lane's n elements as floats (nd_regrow_wide) where n <=
-     * ND_SM_WIDE16, so softmax keeps each exponential as float32 rows do: one exp2f an element,
+     * ND_SM_WIDE16, so softmax keeps each exponential as float32 rows do: one exponential an element,
      * not two. Where the multi-function unit was the bound (rows of 64-256 columns: a lane's 32
      * exponentials twice, with every block of the grid resident at once, so no loads overlap
      * them), H100, three alternating rounds, float16 / bfloat16 % of the copy ceiling, packed ->
@@ -127,7 +143,7 @@ template <bool LOG> struct nd_softmax_op {
             if (mt != -INFINITY) {
 #pragma unroll
                 for (int e = 0; e < N; e++) {
-                    float ex = exp2f((v[r].get(e) - mt) * ND_LOG2E);
+                    float ex = nd_sm_exp(v[r].get(e) - mt);
                     s += ex;
                     if (!LOG && V::kExactSet)
                         v[r].set(e, ex);
@@ -155,7 +171,7 @@ template <bool LOG> struct nd_softmax_op {
                 st[r].k = logf(a[2 * r + 1]);
             else
                 st[r].k = own[r] == -INFINITY ? 0.0f
-                                              : exp2f((own[r] - a[2 * r]) * ND_LOG2E) / a[2 * r + 1];
+                                              : nd_sm_exp(own[r] - a[2 * r]) / a[2 * r + 1];
         }
     }
 
@@ -167,10 +183,10 @@ template <bool LOG> struct nd_softmax_op {
             if (x == -INFINITY)
                 return;
             if (x > a[0]) {
-                a[1] = a[1] * exp2f((a[0] - x) * ND_LOG2E);
+                a[1] = a[1] * nd_sm_exp(a[0] - x);
                 a[0] = x;
             }
-            a[1] += exp2f((x - a[0]) * ND_LOG2E);
+            a[1] += nd_sm_exp(x - a[0]);
         });
         ctx.template allreduce<2>(a, nd_op_softmax_pair());
         st.m = a[0];
@@ -183,12 +199,12 @@ template <bool LOG> struct nd_softmax_op {
     {
         if (LOG)
             return (v - st.m) - st.k;
-        return st.recompute ? exp2f((v - st.m) * ND_LOG2E) * st.k : v * st.k;
+        return st.recompute ? nd_sm_exp(v - st.m) * st.k : v * st.k;
     }
     static __device__ __forceinline__ float out_stream(const State &st, const Params &, float x,
                                                        float, float)
     {
-        return LOG ? (x - st.m) - st.k : exp2f((x - st.m) * ND_LOG2E) * st.k;
+        return LOG ? (x - st.m) - st.k : nd_sm_exp(x - st.m) * st.k;
     }
     static __device__ __forceinline__ void write_stats(const State &, int64_t, const Params &)
     {

@@ -30,7 +30,7 @@
  *     apply).
  *     Two reads of x, not three, and the whole GPU busy however few columns there are.
  *
- * Arithmetic is in float32: exp as one ex2.approx (see exp_le0 for why that meets the tolerance
+ * Arithmetic is in float32: exp as one ex2.approx (see nd_exp_le0 for why that meets the tolerance
  * rule), the accurate logf. Offsets are 64-bit.
  *
  * Tried and rejected (H200, bench_gpu --suite axis, % of the same-run copy ceiling, softmax
@@ -174,22 +174,6 @@ struct axis_geom {
 /* ------------------------------------------------------------------------------------------- */
 
 /*
- * exp(d) for d = x - max <= 0 as one MUFU.EX2 (ex2.approx.ftz) of d * log2(e). Its bound, checked
- * against the tolerance rule: ex2.approx has a relative error below 2^-22; rounding d * log2(e)
- * adds at most |d| * 2^-24 (relative) to the result, 1.2e-6 at d = -20, where exp(d) is 2e-9.
- * So a result near 1 is within 3e-7 of exp(d) (far inside float32's 1e-5 and half an ulp of
- * float16 / bfloat16), and a result small enough for |d| to matter is far below the absolute
- * 1e-5 the rule grants. Results below 2^-126 flush to 0, also inside that absolute bound. The
- * accurate expf costs about three times the instructions, which the two-byte dtypes feel.
- */
-__device__ __forceinline__ float exp_le0(float d)
-{
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.4426950408889634f));
-    return r;
-}
-
-/*
  * One pack of P elements of a row, as a thread keeps it. 16-bit packs stay in 32-bit words
  * (nd_regrow: two elements per register, widened on use) and stores round pairs with one
  * cvt.rn.f16x2 / bf16x2; float32 packs (and odd 16-bit ones) are an array of T.
@@ -257,7 +241,7 @@ struct op_online {
         const float m = fmaxf(a[0], b[0]);
         if (m == -INFINITY)
             return;
-        a[1] = a[1] * exp_le0(a[0] - m) + b[1] * exp_le0(b[0] - m);
+        a[1] = a[1] * nd_exp_le0(a[0] - m) + b[1] * nd_exp_le0(b[0] - m);
         a[0] = m;
     }
 };
@@ -388,7 +372,7 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
         if (k < nrows)
 #pragma unroll
             for (int j = 0; j < P; j++) {
-                float t = exp_le0(v[k].get(j) - ml[j]);
+                float t = nd_exp_le0(v[k].get(j) - ml[j]);
                 if constexpr (KEEP)
                     e[k][j] = t;
                 s[j] += t;
@@ -399,7 +383,7 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
     float scale[P];
 #pragma unroll
     for (int j = 0; j < P; j++) {
-        scale[j] = ml[j] == -INFINITY ? 0.0f : exp_le0(ml[j] - m[j]);
+        scale[j] = ml[j] == -INFINITY ? 0.0f : nd_exp_le0(ml[j] - m[j]);
         s[j] *= scale[j];
     }
     column_allreduce<P>(s, red + half, g.cluster, op_add());
@@ -423,7 +407,7 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
                 else if constexpr (KEEP)
                     out[j] = e[k][j] * s[j];
                 else
-                    out[j] = exp_le0(d) * s[j];
+                    out[j] = nd_exp_le0(d) * s[j];
             }
             pack::store(yp + k * step, out);
         }
@@ -472,11 +456,11 @@ softmax_axis_stats(const T *__restrict__ x, float2 *__restrict__ ws, axis_geom g
             for (int u = 0; u < U; u++)
                 if (k + u < n)
                     mx = fmaxf(mx, nd_to_float(v[u].v[j]));
-            float acc = m[j] == -INFINITY ? 0.0f : s[j] * exp_le0(m[j] - mx);
+            float acc = m[j] == -INFINITY ? 0.0f : s[j] * nd_exp_le0(m[j] - mx);
 #pragma unroll
             for (int u = 0; u < U; u++)
                 if (k + u < n)
-                    acc += exp_le0(nd_to_float(v[u].v[j]) - mx);
+                    acc += nd_exp_le0(nd_to_float(v[u].v[j]) - mx);
             m[j] = mx;
             s[j] = acc;
         }
@@ -488,7 +472,7 @@ softmax_axis_stats(const T *__restrict__ x, float2 *__restrict__ ws, axis_geom g
     column_allreduce<P>(m, red, 1, op_max());
 #pragma unroll
     for (int j = 0; j < P; j++)
-        s[j] = ml[j] == -INFINITY ? 0.0f : s[j] * exp_le0(ml[j] - m[j]);
+        s[j] = ml[j] == -INFINITY ? 0.0f : s[j] * nd_exp_le0(ml[j] - m[j]);
     column_allreduce<P>(s, red + (size_t)TX * TY * P, 1, op_add());
     if (ty == 0 && live) {
         float2 *w = ws + ((int64_t)blockIdx.y * g.groups * TX + (int64_t)blockIdx.x * TX + tx) * P;
@@ -528,7 +512,7 @@ softmax_axis_apply(const T *__restrict__ x, T *__restrict__ y, const float2 *__r
                 float mx = fmaxf(m[j], t.x);
                 if (mx == -INFINITY)
                     continue;
-                s[j] = s[j] * exp_le0(m[j] - mx) + t.y * exp_le0(t.x - mx);
+                s[j] = s[j] * nd_exp_le0(m[j] - mx) + t.y * nd_exp_le0(t.x - mx);
                 m[j] = mx;
             }
         }
@@ -539,7 +523,7 @@ softmax_axis_apply(const T *__restrict__ x, T *__restrict__ y, const float2 *__r
     column_allreduce<P>(m, red, 1, op_max());
 #pragma unroll
     for (int j = 0; j < P; j++)
-        s[j] = ml[j] == -INFINITY ? 0.0f : s[j] * exp_le0(ml[j] - m[j]);
+        s[j] = ml[j] == -INFINITY ? 0.0f : s[j] * nd_exp_le0(ml[j] - m[j]);
     column_allreduce<P>(s, red + (size_t)TX * TY * P, 1, op_add());
 #pragma unroll
     for (int j = 0; j < P; j++)
@@ -565,7 +549,7 @@ softmax_axis_apply(const T *__restrict__ x, T *__restrict__ y, const float2 *__r
 #pragma unroll
                 for (int j = 0; j < P; j++) {
                     float d = nd_to_float(v[u].v[j]) - m[j];
-                    out.v[j] = nd_from_float<T>(LOG ? d - s[j] : exp_le0(d) * s[j]);
+                    out.v[j] = nd_from_float<T>(LOG ? d - s[j] : nd_exp_le0(d) * s[j]);
                 }
                 *reinterpret_cast<pack *>(yp + (k + u) * step) = out;
             }
@@ -776,7 +760,7 @@ __device__ __forceinline__ void slab_store(uint4 *ys, int p, int stride, int n, 
 #pragma unroll
             for (int j = 0; j < VEC; j++) {
                 const float d = v.get(i * VEC + j) - m[j];
-                out[j] = LOG ? d - f[j] : exp_le0(d) * f[j];
+                out[j] = LOG ? d - f[j] : nd_exp_le0(d) * f[j];
             }
             nd_store_pack_stream<T, VEC>(reinterpret_cast<T *>(ys + p + i * stride), out);
         }
@@ -839,7 +823,7 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
 #pragma unroll
         for (int i = 0; i < PACKS; i++)
             if (i < n)
-                s[j] += exp_le0(v.get(i * VEC + j) - m[j]);
+                s[j] += nd_exp_le0(v.get(i * VEC + j) - m[j]);
     }
     slab_fence(v);
     slab_allreduce<VEC>(ms, red, col, fin, g, cp, op_online());
@@ -913,7 +897,7 @@ softmax_axis_slab_stats(const T *__restrict__ x, float *__restrict__ part, slab_
 #pragma unroll
             for (int u = 0; u < U; u++)
                 if (u < n)
-                    b[1] += exp_le0(v.get(u * VEC + j) - b[0]);
+                    b[1] += nd_exp_le0(v.get(u * VEC + j) - b[0]);
             float a[2] = {ms[0][j], ms[1][j]};
             op_online()(a, b);
             ms[0][j] = a[0];
