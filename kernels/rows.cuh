@@ -37,7 +37,8 @@
  *   kParams                  number of per-column parameter tensors (0..2)
  *   State                    per-row (and per-thread) result of the statistics
  *   stats<R, N>(v, st, ctx)  v[R] (nd_regrow) this thread's N elements of R rows, pads set;
- *                            v[r].get(e) widens, v[r].set(e, f) may rewrite;
+ *                            v[r].get(e) widens, v[r].set(e, f) may rewrite (exactly where
+ *                            V::kExactSet: float32 rows and nd_regrow_wide);
  *                            ctx.valid(r, e), ctx.allreduce<K>(a, op), ctx.n (cols as float)
  *                            ctx.first(r, f): row r's first element x[0], where f is the
  *                            value this thread would give if it held column 0 (the warp
@@ -48,9 +49,13 @@
  *                            (ctx.x0: the row's first element)
  *   out_stream(st, x, p0, p1) y from the raw x
  *   write_stats(st, row, prm) the per-row float32 outputs (mean, rstd), by one thread per row
- *   min_blocks(kind, elem bytes, packs, threads)  optional: blocks per SM the warp or plain
- *                            block kernel's launch bounds ask for (0: the default), i.e. its
- *                            register cap (nd_rows_min_blocks)
+ *   min_blocks(kind, elem bytes, packs, threads)  optional: blocks per SM the warp, plain
+ *                            block or split kernel's launch bounds ask for (0: the default),
+ *                            i.e. its register cap (nd_rows_min_blocks)
+ *   param_hold(elem bytes, packs)  optional: whether a warp-kernel lane of that many packs loads
+ *                            all its parameters with x rather than one pack ahead (nd_param_hold)
+ *   wide_regs(elem bytes, n) optional: whether a warp-kernel lane holding n elements of a 16-bit
+ *                            row keeps them as floats, so set(e, f) is exact (nd_wide_regs)
  */
 #ifndef ND_ROWS_CUH
 #define ND_ROWS_CUH
@@ -261,7 +266,7 @@ __device__ __forceinline__ void nd_row_emit(const nd_rows_args<T> &a, const type
  * copy ceiling instead of 87.4 (H200, one run): measure that shape before refactoring here. */
 template <class Op, class T, int VEC, int HOLD = 1> struct nd_param_pipe {
     /* HOLD packs of parameters in flight: the pack in use and the next HOLD - 1 (1: one ahead;
-     * a lane's PACKS: all of them loaded with x, ND_ROWS_PARAM_HOLD) */
+     * a lane's PACKS: all of them loaded with x, nd_param_hold) */
     uint4 g[HOLD], b[HOLD];
     static __device__ __forceinline__ bool usable(const nd_rows_args<T> &a, bool full, int h)
     {
