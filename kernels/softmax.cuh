@@ -123,10 +123,11 @@ template <bool LOG> struct nd_softmax_op {
      * ND_SM_WIDE16, so softmax keeps each exponential as float32 rows do: one exponential an element,
      * not two. Where the multi-function unit was the bound (rows of 64-256 columns: a lane's 32
      * exponentials twice, with every block of the grid resident at once, so no loads overlap
-     * them), H100, three alternating rounds, float16 / bfloat16 % of the copy ceiling, packed ->
-     * floats: 32 columns 100.8 / 100.8 -> 103.8 / 103.8, 64 91.5 / 90.3 -> 93.9 / 94.3, 128 91.6
-     * / 92.1 -> 95.7 / 95.9, 256 94.7 / 94.8 -> 96.0 / 95.9, 512 97.3 / 97.4 -> 98.0 / 98.1,
-     * 1024 98.4 / 98.4 -> 98.9 / 98.8 (bench/results/rows_final_h100.txt). No lane of them spills
+     * them), H100, three alternating rounds, float16 / bfloat16 % of the copy ceiling, packed
+     * (-DND_SM_WIDE16=0) -> floats: 32 columns 100.7 / 100.9 -> 103.8 / 103.8, 64 90.9 / 90.3 ->
+     * 93.9 / 94.3, 128 91.7 / 92.1 -> 95.7 / 95.9, 256 94.8 / 94.7 -> 96.0 / 95.9, 512 97.5 /
+     * 97.4 -> 98.0 / 98.1, 1024 98.1 / 98.3 -> 98.9 / 98.8 (bench/results/rows_final_h100.txt,
+     * columns new and nowide). No lane of them spills
      * (nvcc 13, -Xptxas -v); lanes of 4 rows x 16 elements (R * N = 64) spilled 300 bytes, so n
      * counts every row a lane holds. */
     static __host__ __device__ constexpr bool wide_regs(int, int n) { return !LOG && n <= ND_SM_WIDE16; }
