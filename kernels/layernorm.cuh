@@ -151,10 +151,16 @@ struct nd_layernorm_op {
      * -> 98.6 / 98.3. Blocks of 512 keep 2 an SM: 1 (128 registers) took 32768 columns from
      * 93.7 to 84. */
     /* The split kernel's 16-bit chunks of 256 threads x 8 packs (kind ND_CTX_CROSS_BLOCK) take
-     * the same 3 blocks an SM (80 registers) as the block kernel's. */
+     * the same 3 blocks an SM (80 registers) as the block kernel's. 16-bit warp-kernel lanes of
+     * 5-6 packs (1280-1536 columns) take 6 blocks (80 registers) as those of 7-8 do: at 7 (72)
+     * they spilled 32-108 bytes, at 6 none (nvcc 13; lanes of 7-8 packs spill 144-158 bytes even
+     * at 80, with the parameter pipe of ND_ROWS_PIPE16_MAX_PACKS's note). H100, three alternating rounds, float16 / bfloat16
+     * 1536 columns 96.9 / 95.8 -> 98.1 / 98.2% of the copy ceiling; at 6 blocks lanes of 2 packs
+     * lost 2.4-6.3 (32 and 128 columns) and of 3 packs 2.3 (768), of 4 packs within +0.5
+     * (bench/results/ln_warp_blocks_h100.txt). */
     static constexpr int min_blocks(int kind, int elem_bytes, int packs, int threads)
     {
-        return kind == ND_CTX_WARP ? (elem_bytes == 2 && packs >= 7 ? 0 : 7)
+        return kind == ND_CTX_WARP ? (elem_bytes == 2 && packs >= 5 ? 6 : 7)
                : threads == 128 && packs <= 3 ? 9
                : elem_bytes == 2 && packs >= 7 && threads <= 256 ? 896 / threads
                                                                  : 0;
