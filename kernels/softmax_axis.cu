@@ -126,6 +126,15 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_SLAB_UNROLL /* packs a thread loads at once in the two-pass slab kernels */
 #define ND_AXIS_SLAB_UNROLL 8
 #endif
+/* The two-pass slab path: the statistics pass loads x plainly (1) or streaming (0, ld.global.cs),
+ * and the apply pass walks the segments last to first (1) or first to last (0); see
+ * softmax_axis_slab_stats. */
+#ifndef ND_AXIS_SLAB_STATS_PLAIN
+#define ND_AXIS_SLAB_STATS_PLAIN 1
+#endif
+#ifndef ND_AXIS_SLAB_APPLY_REVERSE
+#define ND_AXIS_SLAB_APPLY_REVERSE 1
+#endif
 #ifndef ND_AXIS_SPLIT_UNROLL
 #define ND_AXIS_SPLIT_UNROLL 4
 #endif
@@ -730,15 +739,15 @@ template <class R> __device__ __forceinline__ void slab_fence(R &v)
         asm volatile("" : "+r"(v.w[i]));
 }
 
-/* A thread's packs i < n of a slab, at xs[p + i * stride] (16 bytes, streaming loads), into the
- * words of v (pack i in words 4i .. 4i + 3). */
-template <int N, class R>
+/* A thread's packs i < n of a slab, at xs[p + i * stride] (16 bytes; streaming loads unless
+ * PLAIN), into the words of v (pack i in words 4i .. 4i + 3). */
+template <int N, bool PLAIN = false, class R>
 __device__ __forceinline__ void slab_load(R &v, const uint4 *xs, int p, int stride, int n)
 {
 #pragma unroll
     for (int i = 0; i < N; i++)
         if (i < n) {
-            const uint4 w = __ldcs(xs + p + i * stride);
+            const uint4 w = PLAIN ? xs[p + i * stride] : __ldcs(xs + p + i * stride);
             v.w[4 * i] = w.x;
             v.w[4 * i + 1] = w.y;
             v.w[4 * i + 2] = w.z;
@@ -849,15 +858,35 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
  * H100, three alternating rounds against the column plan's split path (bench/results/
  * axis_slab_split_h100.txt): (8,32768,64) ax1 16-bit 42-43% of the copy ceiling -> 54-55,
  * float32 52 -> 59. Segments for 1, 2 or 4 waves of blocks: within a point.
+ *
+ * The statistics pass loads x plainly (it stays in L2 at normal priority, where streaming loads
+ * marked it first to go) and the apply pass takes the segments last to first, the most recently
+ * read first (ND_AXIS_SLAB_STATS_PLAIN, ND_AXIS_SLAB_APPLY_REVERSE). H100, three alternating
+ * rounds (bench/results/axis_l2_h100.txt): (8,32768,64) 16-bit 53.6-54.5 -> 59.5-60.4, float32
+ * 59.0-59.2 -> 62.0-62.1; the other axis shapes do not take this path. Where the time goes
+ * (ncu, float16, streaming loads): statistics 18.7 us for 33.5 MB (1.8 TB/s), merge 4.2 us, apply
+ * 21 us for 33.5 MB read and 33.5 written. Measured and not kept (same file,
+ * bench/results/axis_fused_h100.txt), 16-bit / float32:
+ *   - statistics loads with an L2 evict_last policy, apply loads evict_first, reversed: 58 / 61;
+ *   - outer indices in groups whose x fits half of L2, three launches a group: 48 / 54-55;
+ *   - the two passes in one launch: blocks take tickets as they start, the statistics run one or
+ *     more slabs ahead of the outputs, a slab's last statistics block merges its segments and
+ *     raises a flag that the output blocks wait on. x came from DRAM once (ncu: 34.5 MB read,
+ *     against 67 for the three launches) but the launch took 62-64 us against 44: 38-42 / 50-56,
+ *     with warps stalled at block barriers 44% of the time and one instruction issued every four
+ *     cycles; segments of 4 packs a thread (twice the blocks) 27-38.
  */
 /* Block blockIdx.x of a two-pass slab kernel: segment seg of slab o, packs [begin, end). */
 struct slab_segment {
     int64_t o;
     int seg, begin, end;
-    __device__ __forceinline__ slab_segment(const slab_geom &g, int nseg, int seg_packs)
+    /* reverse: block b takes the segment that block gridDim.x - 1 - b of the statistics pass read */
+    __device__ __forceinline__ slab_segment(const slab_geom &g, int nseg, int seg_packs,
+                                            bool reverse = false)
     {
-        o = blockIdx.x / nseg;
-        seg = (int)(blockIdx.x - o * nseg);
+        const int64_t b = reverse ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+        o = b / nseg;
+        seg = (int)(b - o * nseg);
         begin = seg * seg_packs;
         end = min(g.packs, begin + seg_packs);
     }
@@ -884,7 +913,7 @@ softmax_axis_slab_stats(const T *__restrict__ x, float *__restrict__ part, slab_
     for (int p = sg.begin + t; p < sg.end; p += U * nt) {
         const int n = min(U, (sg.end - p + nt - 1) / nt); /* packs p + u * nt, u < n */
         nd_regrow<T, U * VEC> v;
-        slab_load<U>(v, xs, p, nt, n);
+        slab_load<U, ND_AXIS_SLAB_STATS_PLAIN != 0>(v, xs, p, nt, n);
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
             float b[2] = {-INFINITY, 0.0f};
@@ -950,7 +979,7 @@ softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float 
                         slab_geom g, int nseg, int seg_packs)
 {
     constexpr int VEC = 16 / (int)sizeof(T), U = ND_AXIS_SLAB_UNROLL;
-    const slab_segment sg(g, nseg, seg_packs);
+    const slab_segment sg(g, nseg, seg_packs, ND_AXIS_SLAB_APPLY_REVERSE != 0);
     const int t = threadIdx.x, nt = blockDim.x;
     const int64_t o = sg.o;
     const uint4 *xs = reinterpret_cast<const uint4 *>(x + o * g.slab);
