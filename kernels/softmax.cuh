@@ -32,7 +32,7 @@
  * ------------------------------------------------------------------------------------------- */
 
 #ifndef ND_SM_SUB_FULL16 /* nd_softmax_policy<false>::sub_full(2) */
-#define ND_SM_SUB_FULL16 8
+#define ND_SM_SUB_FULL16 16
 #endif
 #ifndef ND_LSM_SUB_FULL16 /* nd_softmax_policy<true>::sub_full(2) */
 #define ND_LSM_SUB_FULL16 16
@@ -57,13 +57,17 @@ template <bool LOG> struct nd_softmax_policy {
         return w == 4 || packs > 2 ? 4 : w <= 2 ? 2 : 8;
     }
     static constexpr int kSubPacks = 4;      /* packs per lane in the sub-warp kernel */
-    /* Rows of this many packs and more take kSubPacks packs a lane: for 16-bit rows from 8 packs
-     * (softmax: 64-248 columns on 2-8 lanes of 4 packs, not 4-16 lanes of 2) or 16 (log_softmax:
-     * 128-248 columns), not 32. H100, bench_gpu, three alternating runs, % of the copy ceiling:
-     * softmax float16 / bfloat16 64 columns 88.7 / 88.0 -> 91.1 / 90.5, 128 columns 90.6 / 90.6 ->
-     * 92.1 / 92.1; log_softmax 128 columns 93.7 / 93.6 -> 94.5 / 94.2. log_softmax at 64 columns
-     * lost 5 points with 8 (99.6 / 99.3 -> 94.6 / 93.9). 32 and 256 columns and float32 rows are
-     * unchanged (bench/results/softmax_sub_full_h100.txt). */
+    /* Rows of this many packs and more take kSubPacks packs a lane: for 16-bit rows from 16 packs
+     * (128-248 columns on 4-8 lanes of 4 packs, not 8-16 lanes of 2), not 32. H100, bench_gpu,
+     * three alternating runs, % of the copy ceiling: softmax float16 / bfloat16 128 columns
+     * 90.6 / 90.6 -> 92.1 / 92.1; log_softmax 128 columns 93.7 / 93.6 -> 94.5 / 94.2
+     * (bench/results/softmax_sub_full_h100.txt). softmax took 4 packs a lane from 8 packs (64
+     * columns) too, 88.7 / 88.0 -> 91.1 / 90.5 there, until its 2-pack lanes held their row as
+     * floats (wide_regs) and took one exponential an element: then 2 packs a lane at 64 columns
+     * went 96.9 / 95.1 -> 103.2 / 103.7, the other widths within 0.6; from 32 packs lost 15 at
+     * 128 columns (95.7 / 96.0 -> 80.9 / 80.4; three alternating rounds, H100,
+     * bench/results/sm_sub_full_h100.txt). log_softmax at 64 columns had lost 5 points with 8
+     * (99.6 / 99.3 -> 94.6 / 93.9). 32 and 256 columns and float32 rows are unchanged. */
     static constexpr int sub_full(int elem_bytes)
     {
         return elem_bytes == 2 ? (LOG ? ND_LSM_SUB_FULL16 : ND_SM_SUB_FULL16) : 8 * kSubPacks;

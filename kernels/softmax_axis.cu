@@ -135,6 +135,9 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_SLAB_APPLY_REVERSE
 #define ND_AXIS_SLAB_APPLY_REVERSE 1
 #endif
+#ifndef ND_AXIS_KEEP16_64 /* exps a thread keeps, 16-bit column kernels of 512+ threads */
+#define ND_AXIS_KEEP16_64 16
+#endif
 #ifndef ND_AXIS_SPLIT_UNROLL
 #define ND_AXIS_SPLIT_UNROLL 4
 #endif
@@ -330,7 +333,12 @@ __global__ void __launch_bounds__(MAXT, (R >= 16 || (P >= 8 && R >= 8))
                                             : 1024 / MAXT)
 softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
 {
-    constexpr bool KEEP = !LOG && R * P <= 32;
+    /* softmax keeps its exps for the output where they fit: up to 32 a thread, 16 in 16-bit
+     * kernels capped at 64 registers (512+ threads), where 32 (R = 8, P = 4) spilled 48 bytes
+     * and ran (65536,8,128) ax1 float16 / bfloat16 at 90.2 / 90.4% of the copy ceiling against
+     * 96.7 / 96.4 taking the exps twice (H100, three alternating rounds; the other axis shapes
+     * within 0.5: bench/results/axis_keep_h100.txt) */
+    constexpr bool KEEP = !LOG && R * P <= (sizeof(T) == 2 && MAXT >= 512 ? ND_AXIS_KEEP16_64 : 32);
     extern __shared__ float red[];
     using pack = axis_pack<T, P>;
     const int tx = threadIdx.x, ty = threadIdx.y;
