@@ -48,6 +48,10 @@
 #define ND_LN_PARAM_HOLD16 2
 #endif
 
+#ifndef ND_LN_WARP_BLOCKS78 /* nd_layernorm_op::min_blocks: 16-bit warp-kernel lanes of 7-8 packs */
+#define ND_LN_WARP_BLOCKS78 5
+#endif
+
 /* 1: LayerNorm in the register kernels makes one all-reduce of (sum d, sum d^2) with
  * d = x - x[0], x[0] the row's first element (ctx.first); 0: the two rounds below (mean, then
  * the shifted sums) on every path. */
@@ -152,15 +156,19 @@ struct nd_layernorm_op {
      * 93.7 to 84. */
     /* The split kernel's 16-bit chunks of 256 threads x 8 packs (kind ND_CTX_CROSS_BLOCK) take
      * the same 3 blocks an SM (80 registers) as the block kernel's. 16-bit warp-kernel lanes of
-     * 5-6 packs (1280-1536 columns) take 6 blocks (80 registers) as those of 7-8 do: at 7 (72)
-     * they spilled 32-108 bytes, at 6 none (nvcc 13; lanes of 7-8 packs spill 144-158 bytes even
-     * at 80, with the parameter pipe of ND_ROWS_PIPE16_MAX_PACKS's note). H100, three alternating rounds, float16 / bfloat16
-     * 1536 columns 96.9 / 95.8 -> 98.1 / 98.2% of the copy ceiling; at 6 blocks lanes of 2 packs
-     * lost 2.4-6.3 (32 and 128 columns) and of 3 packs 2.3 (768), of 4 packs within +0.5
-     * (bench/results/ln_warp_blocks_h100.txt). */
+     * 5-6 packs (1280-1536 columns) take 6 blocks (80 registers): at 7 (72) they spilled 32-108
+     * bytes, at 6 none (nvcc 13). H100, three alternating rounds, float16 / bfloat16 1536
+     * columns 96.9 / 95.8 -> 98.1 / 98.2% of the copy ceiling; at 6 blocks lanes of 2 packs lost
+     * 2.4-6.3 (32 and 128 columns) and of 3 packs 2.3 (768), of 4 packs within +0.5
+     * (bench/results/ln_warp_blocks_h100.txt). Lanes of 7-8 packs (1792-2048 columns) take 5
+     * blocks (96 registers; ND_LN_WARP_BLOCKS78): at 6 (80) they spilled 144-158 bytes with the
+     * parameter pipe of ND_ROWS_PIPE16_MAX_PACKS's note, at 5 none. H100, five alternating
+     * rounds, float16 / bfloat16 2048 columns 96.9 / 94.6 -> 98.3 / 98.0, 1024-1536 and 4096
+     * within 0.1 (bench/results/ln_warp_blocks5_h100.txt). */
     static constexpr int min_blocks(int kind, int elem_bytes, int packs, int threads)
     {
-        return kind == ND_CTX_WARP ? (elem_bytes == 2 && packs >= 5 ? 6 : 7)
+        return kind == ND_CTX_WARP ? (elem_bytes == 2 && packs >= 7 ? ND_LN_WARP_BLOCKS78
+                                      : elem_bytes == 2 && packs >= 5 ? 6 : 7)
                : threads == 128 && packs <= 3 ? 9
                : elem_bytes == 2 && packs >= 7 && threads <= 256 ? 896 / threads
                                                                  : 0;
