@@ -52,6 +52,10 @@
 #define ND_LN_WARP_BLOCKS78 5
 #endif
 
+#ifndef ND_LN_HOLD4 /* 1: 16-bit warp-kernel lanes of 4 packs hold their parameters, at 5 blocks an SM */
+#define ND_LN_HOLD4 1
+#endif
+
 /* 1: LayerNorm in the register kernels makes one all-reduce of (sum d, sum d^2) with
  * d = x - x[0], x[0] the row's first element (ctx.first); 0: the two rounds below (mean, then
  * the shifted sums) on every path. */
@@ -168,7 +172,8 @@ struct nd_layernorm_op {
     static constexpr int min_blocks(int kind, int elem_bytes, int packs, int threads)
     {
         return kind == ND_CTX_WARP ? (elem_bytes == 2 && packs >= 7 ? ND_LN_WARP_BLOCKS78
-                                      : elem_bytes == 2 && packs >= 5 ? 6 : 7)
+                                      : elem_bytes == 2 && packs >= 5 ? 6
+                                      : elem_bytes == 2 && packs == 4 && ND_LN_HOLD4 ? 5 : 7)
                : threads == 128 && packs <= 3 ? 9
                : elem_bytes == 2 && packs >= 7 && threads <= 256 ? 896 / threads
                                                                  : 0;
@@ -177,13 +182,18 @@ struct nd_layernorm_op {
      * 512 threads) instead of 8, which spill 276 bytes a thread at the 64-register cap (nvcc 13,
      * -Xptxas -v; 4 and 5 packs spill none). H200, three runs each: 8192 columns 86.7 -> 87.9% of
      * the copy ceiling, 16384 87.5 -> 81.5, 2048-4096 and 32768 unchanged. Not kept. */
-    /* Warp-kernel lanes of at most this many packs load all their parameters with x
-     * (nd_param_hold): 2 for 16-bit rows (lanes of 4 packs spilled 156 bytes holding theirs at
-     * the 72-register cap, nvcc 13); float32 rows of 64 columns (8 lanes of 2 packs) lost 1.2
-     * points of the copy ceiling holding theirs (H100, bench/results/rows_split_h100.txt). */
+    /* Warp-kernel lanes of at most ND_LN_PARAM_HOLD16 (2) packs of a 16-bit row load all their
+     * parameters with x (nd_param_hold); float32 rows of 64 columns (8 lanes of 2 packs) lost 1.2
+     * points of the copy ceiling holding theirs (H100, bench/results/rows_split_h100.txt). 16-bit
+     * lanes of 4 packs hold theirs too, at 5 blocks an SM (min_blocks; ND_LN_HOLD4): at 7 (72
+     * registers) they spilled 116-184 bytes so, at 6 (80) 84-156, at 5 (96) none (nvcc 13).
+     * H100, three alternating rounds, against 7 blocks not held, float16 / bfloat16 % of the copy
+     * ceiling: 256 columns 93.3 / 93.8 -> 94.6 / 94.4, 512 96.3 / 96.7 -> 97.6 / 97.5, 1024
+     * 98.3 / 98.4 -> 98.6 / 98.5. Lanes of 3 packs at 5 blocks lost 6 points at 768 columns
+     * (99.1 -> 92-93, held or not), and at 6 held 2 (bench/results/ln_hold4_h100.txt). */
     static __host__ __device__ constexpr bool param_hold(int elem_bytes, int packs)
     {
-        return elem_bytes == 2 && packs <= ND_LN_PARAM_HOLD16;
+        return elem_bytes == 2 && (packs <= ND_LN_PARAM_HOLD16 || (packs == 4 && ND_LN_HOLD4));
     }
     /* the row mean is m_hi + m_lo (two floats); y = (x - m_hi - m_lo) * rstd * gamma + beta */
     struct State {
