@@ -185,8 +185,9 @@ struct nd_layernorm_op {
     /* Warp-kernel lanes of at most ND_LN_PARAM_HOLD16 (2) packs of a 16-bit row load all their
      * parameters with x (nd_param_hold); float32 rows of 64 columns (8 lanes of 2 packs) lost 1.2
      * points of the copy ceiling holding theirs (H100, bench/results/rows_split_h100.txt). 16-bit
-     * lanes of 4 packs hold theirs too, at 5 blocks an SM (min_blocks; ND_LN_HOLD4): at 7 (72
-     * registers) they spilled 116-184 bytes so, at 6 (80) 84-156, at 5 (96) none (nvcc 13).
+     * lanes of 4 packs hold theirs too, at 5 blocks an SM (min_blocks; ND_LN_HOLD4): holding
+     * them, they spilled 116-184 bytes at 7 blocks (72 registers), 84-156 at 6 (80) and none at
+     * 5 (96; nvcc 13).
      * H100, three alternating rounds, against 7 blocks not held, float16 / bfloat16 % of the copy
      * ceiling: 256 columns 93.3 / 93.8 -> 94.6 / 94.4, 512 96.3 / 96.7 -> 97.6 / 97.5, 1024
      * 98.3 / 98.4 -> 98.6 / 98.5. Lanes of 3 packs at 5 blocks lost 6 points at 768 columns
