@@ -10,15 +10,26 @@
  * after a warm-up and the median replay time over N is the time per launch. Inputs are random.
  *
  *   bench_gpu [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] [--cols N[,N...]] [--csv PATH]
- *             [--quick]
+ *             [--quick] [--rest-ms MS] [--pre-alloc-mb MB] [--warm-ms MS]
  *
  * Prints a table and writes CSV (default bench/results/gpu.csv). Each line ends with the plan the
  * dispatch picked for that shape (nd_cuda_last_plan: kernel, packs, lanes, block, grid), so a
  * number can be read next to the kernel that made it.
+ *
+ * Two switches for finding out why a shape measures differently inside a suite than alone:
+ * --rest-ms sleeps that long (device idle) before each shape, --pre-alloc-mb allocates, touches
+ * and frees that much device memory once before the first shape. --warm-ms replays each graph for
+ * at least that long before the timed replays (default 50). With one warm-up replay, a shape
+ * timed right after a long, heavy one could be measured in a slower state of the GPU that lasts
+ * tens of milliseconds: float32 2048x65536 right after the 16-bit 49152x32768 shapes measured
+ * 82-84% of the copy ceiling, 92-97 alone, after a 3 s rest, or after 50 or 200 ms of warm-up
+ * (H100, bench/results/alone_vs_suite_h100.txt).
  */
 #include <cmath>
 #include <cstring>
 #include <string>
+
+#include <unistd.h>
 
 #include "gpu_timing.cuh"
 
@@ -92,6 +103,8 @@ int main(int argc, char **argv)
     std::string suite = "all", only_op, only_dtype, csv = "bench/results/gpu.csv";
     std::vector<int64_t> only_cols; /* --cols 65536,262144: any of these */
     bool quick = false;
+    long rest_ms = 0, pre_alloc_mb = 0;
+    g_warm_ms = 50.0;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (a == "--suite" && i + 1 < argc)
@@ -110,9 +123,15 @@ int main(int argc, char **argv)
             }
         else if (a == "--quick")
             quick = true;
+        else if (a == "--rest-ms" && i + 1 < argc)
+            rest_ms = atol(argv[++i]);
+        else if (a == "--pre-alloc-mb" && i + 1 < argc)
+            pre_alloc_mb = atol(argv[++i]);
+        else if (a == "--warm-ms" && i + 1 < argc)
+            g_warm_ms = atof(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] "
-                    "[--cols N[,N...]] [--csv PATH] [--quick]\n", argv[0]);
+                    "[--cols N[,N...]] [--csv PATH] [--quick] [--rest-ms MS] [--pre-alloc-mb MB] [--warm-ms MS]\n", argv[0]);
             return 2;
         }
     }
@@ -136,6 +155,13 @@ int main(int argc, char **argv)
 
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    if (pre_alloc_mb > 0) {
+        void *p;
+        CK(cudaMalloc(&p, (size_t)pre_alloc_mb << 20));
+        CK(cudaMemset(p, 0x5a, (size_t)pre_alloc_mb << 20));
+        CK(cudaDeviceSynchronize());
+        CK(cudaFree(p));
+    }
     const nd_dtype dts[] = {ND_FLOAT32, ND_FLOAT16, ND_BFLOAT16};
     for (const shape &sh : make_shapes(quick)) {
         if (suite != "all" && suite != sh.suite)
@@ -148,6 +174,10 @@ int main(int argc, char **argv)
         for (nd_dtype dt : dts) {
             if (!only_dtype.empty() && only_dtype != nd_dtype_name(dt))
                 continue;
+            if (rest_ms > 0) {
+                CK(cudaDeviceSynchronize());
+                usleep((useconds_t)rest_ms * 1000);
+            }
             const size_t es = nd_dtype_size(dt);
             const int64_t n = sh.outer * sh.dim * sh.inner;
             const double xb = (double)n * es, moved = 2 * xb;

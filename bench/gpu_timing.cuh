@@ -91,6 +91,10 @@ __global__ void __launch_bounds__(256) copy_kernel(const uint4 *__restrict__ src
  * Timing: N launches in one graph, median replay time / N
  * ------------------------------------------------------------------------------------------- */
 
+/* Warm-up before the timed replays: replays of the graph until at least this many milliseconds
+ * of them have run (at least one). bench_gpu --warm-ms sets it. */
+inline double g_warm_ms = 0.0;
+
 template <class F> static double time_graph(cudaStream_t s, int n, F launch)
 {
     launch(0); /* outside capture: lazy module loading, first-use attributes */
@@ -105,7 +109,14 @@ template <class F> static double time_graph(cudaStream_t s, int n, F launch)
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
+    CK(cudaEventRecord(e0, s));
     CK(cudaGraphLaunch(ge, s)); /* warm-up */
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float warm;
+    CK(cudaEventElapsedTime(&warm, e0, e1));
+    for (double done = warm; warm > 0 && done < g_warm_ms; done += warm)
+        CK(cudaGraphLaunch(ge, s));
     std::vector<float> ms;
     for (int r = 0; r < kReplays; r++) {
         CK(cudaEventRecord(e0, s));
