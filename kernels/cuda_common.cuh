@@ -427,18 +427,32 @@ __device__ __forceinline__ float nd_exp_le0(float d)
 }
 
 /* Online-softmax pairs (max m, sum s of exp(x - m)) at a[2j], a[2j+1]: merging rescales each
- * side's sum to the larger max. An empty side is (-inf, 0). K is even. */
+ * side's sum to the larger max. An empty side is (-inf, 0). K is even.
+ * ND_MERGE_SELECT 1: the all-empty case is a select instead of a branch (same bits otherwise).
+ * The branch put each merge in its own branch region, so a thread folding several independent
+ * chains of pairs ran them one after another (ncu, softmax_axis_slab's column combine). */
+#ifndef ND_MERGE_SELECT
+#define ND_MERGE_SELECT 1
+#endif
 struct nd_op_softmax_pair {
     template <int K> __device__ __forceinline__ void operator()(float (&a)[K], const float (&b)[K]) const
     {
         static_assert(K % 2 == 0, "softmax pairs come in (max, sum) twos");
 #pragma unroll
         for (int i = 0; i < K; i += 2) {
-            float m = fmaxf(a[i], b[i]);
+            const float m = fmaxf(a[i], b[i]);
+#if ND_MERGE_SELECT
+            /* both empty (or all -inf): rescale against 0, not -inf (no inf - inf), so the sum
+             * stays 0; a select, not a branch, so merges of independent pairs overlap */
+            const float r = m == -INFINITY ? 0.0f : m;
+            a[i + 1] = a[i + 1] * exp2f((a[i] - r) * 1.4426950408889634f) +
+                       b[i + 1] * exp2f((b[i] - r) * 1.4426950408889634f);
+#else
             if (m == -INFINITY) /* both empty (or all -inf): keep the sum 0, avoid inf - inf */
                 continue;
             a[i + 1] = a[i + 1] * exp2f((a[i] - m) * 1.4426950408889634f) +
                        b[i + 1] * exp2f((b[i] - m) * 1.4426950408889634f);
+#endif
             a[i] = m;
         }
     }
@@ -513,6 +527,27 @@ __device__ __forceinline__ void nd_block_allreduce(float (&v)[K], Op op, nd_bloc
             o[i] = slot[w][i];
         op(v, o);
     }
+}
+
+/* Leaving a cluster kernel in two halves (sm_90): nd_cluster_arrive_relaxed() once this block
+ * has used the last value it read from another block's shared memory (used, so the read has
+ * completed: issue is in order, so a store of the value or a barrier after it is enough), and
+ * nd_cluster_wait() just before the block exits. No block's shared memory goes away while another
+ * still reads it, and the arrive needs no release fence: cluster.sync() in its place (arrive with
+ * release semantics, then wait) waits for every store the block has in flight, its outputs
+ * included. Every thread of the block calls both, in that order. */
+__device__ __forceinline__ void nd_cluster_arrive_relaxed()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void nd_cluster_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+#endif
 }
 
 /* Shared memory a cluster all-reduce needs on top of the block's: one slot per round parity,

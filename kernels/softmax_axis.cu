@@ -141,6 +141,35 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_SPLIT_UNROLL
 #define ND_AXIS_SPLIT_UNROLL 4
 #endif
+/* The one-pass slab kernel in clusters: leave with a relaxed arrive after the last remote read
+ * and a wait at the end (1), or with cluster.sync() at the end (0). See slab_allreduce. */
+#ifndef ND_AXIS_SLAB_LEAVE_SPLIT
+#define ND_AXIS_SLAB_LEAVE_SPLIT 1
+#endif
+/* slab_allreduce, 16-bit slabs: folds a column's partials in every thread, then in one a column
+ * (1), or all of them in one thread a column (0); reads every rank's pairs of a column before
+ * merging them (1) or one rank at a time (0). float32 slabs take 0 and 0: they spilled 48-96
+ * bytes with either (nvcc 13, 8 packs at 64 registers) and lost up to 13 points (H100). */
+#ifndef ND_AXIS_SLAB_COMBINE_PAR
+#define ND_AXIS_SLAB_COMBINE_PAR 1
+#endif
+#ifndef ND_AXIS_SLAB_RANK_LOADS
+#define ND_AXIS_SLAB_RANK_LOADS 1
+#endif
+/* The cluster barrier before the remote reads, after the block barrier that follows the writes
+ * of col: every thread arrives with release semantics (0, cluster.sync()); only warp 0 does, the
+ * others arrive relaxed (1); or thread 0 issues fence.acq_rel.cluster and every thread arrives
+ * relaxed (2). */
+/* The two-pass slab path (softmax_axis_slab_stats / merge) keeps the one-thread fold of a
+ * column's partials and the branching merge (1), or takes the one-pass kernel's (0). H100, three
+ * alternating rounds: with either the parallel fold or the select, (8,32768,64) 16-bit fell from
+ * 60.2-60.6% of the copy ceiling to 56.6-57.3 (bench/results/axis_slab_sync_h100.txt). */
+#ifndef ND_AXIS_SLAB_SPLIT_OLD_FOLD
+#define ND_AXIS_SLAB_SPLIT_OLD_FOLD 1
+#endif
+#ifndef ND_AXIS_SLAB_ONE_RELEASE /* 2 measured best; 1 spilled 36 / 52 bytes in one kernel */
+#define ND_AXIS_SLAB_ONE_RELEASE 2
+#endif
 #ifndef ND_AXIS_MINB_16BIT /* blocks per SM the 16-bit 4-element 16-row kernel must fit: 3 caps it
                               at 80 registers (a few spill) for 1.5x the rows in flight of 2 */
 #define ND_AXIS_MINB_16BIT 3
@@ -246,17 +275,25 @@ struct op_add {
 };
 /* (max, sum of exp(x - max)) pairs, combined in place by the online softmax's merge rule
  * (seed 001); a part with no elements is (-inf, 0). */
-struct op_online {
+template <bool SELECT = ND_MERGE_SELECT != 0> struct op_online_t {
     static constexpr int K = 2;
     __device__ __forceinline__ void operator()(float (&a)[2], const float (&b)[2]) const
     {
         const float m = fmaxf(a[0], b[0]);
-        if (m == -INFINITY)
-            return;
-        a[1] = a[1] * nd_exp_le0(a[0] - m) + b[1] * nd_exp_le0(b[0] - m);
+        if constexpr (SELECT) { /* as nd_op_softmax_pair: a select, so independent merges overlap */
+            const float r = m == -INFINITY ? 0.0f : m;
+            a[1] = a[1] * nd_exp_le0(a[0] - r) + b[1] * nd_exp_le0(b[0] - r);
+        } else {
+            if (m == -INFINITY)
+                return;
+            a[1] = a[1] * nd_exp_le0(a[0] - m) + b[1] * nd_exp_le0(b[0] - m);
+        }
         a[0] = m;
     }
 };
+typedef op_online_t<> op_online;
+/* The two-pass slab path's merges (softmax_axis_slab_stats / merge) */
+typedef op_online_t<!ND_AXIS_SLAB_SPLIT_OLD_FOLD && ND_MERGE_SELECT> op_online_split;
 
 /*
  * All-reduce P floats over the threads that share a column: over threadIdx.y through shared memory
@@ -605,7 +642,20 @@ softmax_axis_apply(const T *__restrict__ x, T *__restrict__ y, const float2 *__r
  *     float32) 16-bit 72-73 and float32 80 with the two-round all-reduce noted in the kernel,
  *     against 64-66 and 74 for up to 512 (480, clusters of 2 and 3); up to 128 (96, clusters
  *     of 8; float32 then takes the column plan) 16-bit 67-69, and 61-64 with the one-round
- *     all-reduce that 256 has at 74.
+ *     all-reduce that 256 has at 74;
+ *   the all-reduce's synchronization (bench/results/axis_slab_sync_h100.txt). ncu on float16
+ *     (32,1000,56,56) put 31% of the warp stall samples at block barriers, most of them while
+ *     two warps folded the columns' partials one branchy merge at a time, and 19% at the
+ *     membars of cluster.sync(), the last of which waited for the block's output stores. Each
+ *     step, added to the one before, softmax float16 / float32: the last cluster.sync() split
+ *     into a relaxed arrive after the remote reads and a wait before exit (nd_cluster_arrive_
+ *     relaxed / nd_cluster_wait): (32,1000,56,56) 70 / 84 -> 74 / 93, (512,896,4,12) 74 / 84
+ *     -> 75 / 89; merges as selects, not branches (ND_MERGE_SELECT): (128,128,16,16) 76 / 98 ->
+ *     81 / 99; every thread folding partials (ND_AXIS_SLAB_COMBINE_PAR, 16-bit): +3 to +6; the
+ *     ranks' pairs loaded at once (ND_AXIS_SLAB_RANK_LOADS, 16-bit): +0.5 to +1; the release
+ *     before the remote reads issued by one thread's fence (ND_AXIS_SLAB_ONE_RELEASE 2): +1 to
+ *     +5 on the cluster shapes. In all, over three alternating rounds in one call, 16-bit
+ *     69-77 -> 81.5-86.4, float32 83-98 -> 94-99.
  */
 struct slab_policy {
     static constexpr int max_threads = ND_AXIS_SLAB_THREADS;
@@ -646,14 +696,13 @@ struct slab_geom {
 
 /*
  * All-reduce, per column, over the threads of a slab that share the column: v[k][j] is this
- * thread's partial k (of Op::K) for column cp * VEC + j. `red` holds Op::K * blockDim.x * VEC
- * floats, `col` and `fin` Op::K * inner each. Each column is combined in one fixed order (the
- * block's threads in order of index through four interleaved accumulators, then the cluster's
- * blocks in rank order), so every thread of the column, every block and every run gets the same
- * bits. Called once per kernel: a second call would need a second `col`, which other blocks of
+ * thread's partial k (of Op::K) for column cp * VEC + j. `red` holds Op::K * blockDim.x *
+ * (VEC + 1) floats, `col` and `fin` Op::K * inner each. Each column is combined in one fixed order
+ * (the block's threads in a fixed tree, then the cluster's blocks in rank order), so every thread
+ * of the column, every block and every run gets the same bits. Called once per kernel: a second call would need a second `col`, which other blocks of
  * the cluster may still be reading.
  */
-template <int VEC, class Op>
+template <int VEC, bool PAR = true, class Op>
 __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *red, float *col,
                                                float *fin, const slab_geom &g, int cp, Op op)
 {
@@ -670,6 +719,44 @@ __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *re
     /* thread u's partial of column c = cp(u) * VEC + j sits at red[u * VEC + j]; the threads of
      * pack-column cp are cp, cp + q, ..., so column c's partials are red[c + p * inner] */
     const int parts = nt / g.q; /* >= 4: plan_slab */
+    const int L = parts / VEC;  /* threads a column, when parts % VEC == 0: L * inner = nt */
+    if (ND_AXIS_SLAB_COMBINE_PAR && PAR && VEC == 8 && parts % VEC == 0 && L >= 2) {
+        /* Every thread folds VEC of a column's partials, p = l, l + L, ... (a pairwise tree), into
+         * scr (K planes of nt floats past red's), then one thread a column folds its L results in
+         * order of l. A warp reads 32 consecutive columns of one p: no bank conflict. */
+        float *scr = red + K * plane;
+        const int c = t % g.inner, l = t / g.inner;
+        float a[VEC][K];
+#pragma unroll
+        for (int i = 0; i < VEC; i++)
+#pragma unroll
+            for (int k = 0; k < K; k++)
+                a[i][k] = red[k * plane + c + (l + i * L) * g.inner];
+#pragma unroll
+        for (int w = 1; w < VEC; w *= 2)
+#pragma unroll
+            for (int i = 0; i + w < VEC; i += 2 * w)
+                op(a[i], a[i + w]);
+#pragma unroll
+        for (int k = 0; k < K; k++)
+            scr[k * nt + t] = a[0][k];
+        __syncthreads();
+        if (t < g.inner) {
+            float b[K];
+#pragma unroll
+            for (int k = 0; k < K; k++)
+                a[0][k] = scr[k * nt + t];
+            for (int i = 1; i < L; i++) {
+#pragma unroll
+                for (int k = 0; k < K; k++)
+                    b[k] = scr[k * nt + i * g.inner + t];
+                op(a[0], b);
+            }
+#pragma unroll
+            for (int k = 0; k < K; k++)
+                col[k * g.inner + t] = a[0][k];
+        }
+    } else
     for (int c = t; c < g.inner; c += nt) {
         float a[4][K], b[K];
 #pragma unroll
@@ -706,23 +793,56 @@ __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *re
          * reads its columns from its own block (a thread holding v across C remote reads of
          * its VEC columns spilled: 30 bytes at 16-bit 8 packs) */
         cg::cluster_group cl = cg::this_cluster();
-        cl.sync(); /* every block's col is written */
+        if (ND_AXIS_SLAB_ONE_RELEASE == 1) {
+            /* col's writers passed the barrier above, so warp 0's release covers their writes */
+            if (t < 32)
+                asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+            else
+                nd_cluster_arrive_relaxed();
+            nd_cluster_wait();
+        } else if (ND_AXIS_SLAB_ONE_RELEASE == 2) {
+            if (t == 0) /* the same, through one thread's fence */
+                asm volatile("fence.acq_rel.cluster;" ::: "memory");
+            nd_cluster_arrive_relaxed();
+            nd_cluster_wait();
+        } else {
+            cl.sync(); /* every block's col is written */
+        }
         for (int c = t; c < g.inner; c += nt) {
             float a[K], b[K];
 #pragma unroll
             for (int k = 0; k < K; k++)
                 a[k] = *cl.map_shared_rank(col + k * g.inner + c, 0);
-            for (int r = 1; r < g.cluster; r++) {
+            if (ND_AXIS_SLAB_RANK_LOADS && VEC == 8) {
+                /* every rank's pair in flight at once: one remote round trip, not cluster - 1 */
+                float br[slab_policy::max_cluster - 1][K];
 #pragma unroll
-                for (int k = 0; k < K; k++)
-                    b[k] = *cl.map_shared_rank(col + k * g.inner + c, r);
-                op(a, b);
+                for (int r = 1; r < slab_policy::max_cluster; r++)
+                    if (r < g.cluster)
+#pragma unroll
+                        for (int k = 0; k < K; k++)
+                            br[r - 1][k] = *cl.map_shared_rank(col + k * g.inner + c, r);
+#pragma unroll
+                for (int r = 1; r < slab_policy::max_cluster; r++)
+                    if (r < g.cluster)
+                        op(a, br[r - 1]);
+            } else {
+                for (int r = 1; r < g.cluster; r++) {
+#pragma unroll
+                    for (int k = 0; k < K; k++)
+                        b[k] = *cl.map_shared_rank(col + k * g.inner + c, r);
+                    op(a, b);
+                }
             }
 #pragma unroll
             for (int k = 0; k < K; k++)
                 fin[k * g.inner + c] = a[k];
         }
         __syncthreads();
+        /* the remote reads are done (their values were stored to fin before the barrier): this
+         * block may leave once the others have passed here too (softmax_axis_slab's end) */
+        if (ND_AXIS_SLAB_LEAVE_SPLIT)
+            nd_cluster_arrive_relaxed();
         res = fin;
     }
 #pragma unroll
@@ -795,7 +915,7 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
 {
     constexpr int VEC = 16 / (int)sizeof(T);
     constexpr int K = op_online::K;
-    __shared__ __align__(16) float red[K * slab_policy::max_threads * VEC];
+    __shared__ __align__(16) float red[K * slab_policy::max_threads * (VEC + 1)];
     __shared__ __align__(16) float col[K * slab_policy::max_q * VEC];
     __shared__ __align__(16) float fin[K * slab_policy::max_q * VEC];
     unsigned rank = 0;
@@ -848,8 +968,12 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
     for (int j = 0; j < VEC; j++)
         s[j] = LOG ? logf(s[j]) : 1.0f / s[j];
     slab_store<LOG, PACKS, T>(ys, first, stride, n, v, m, s);
-    if (g.cluster > 1)
-        cg::this_cluster().sync(); /* no block leaves while another still reads its col */
+    if (g.cluster > 1) { /* no block leaves while another still reads its col */
+        if (ND_AXIS_SLAB_LEAVE_SPLIT)
+            nd_cluster_wait(); /* arrived in slab_allreduce */
+        else
+            cg::this_cluster().sync();
+    }
 }
 
 /*
@@ -906,7 +1030,7 @@ softmax_axis_slab_stats(const T *__restrict__ x, float *__restrict__ part, slab_
                         int seg_packs)
 {
     constexpr int VEC = 16 / (int)sizeof(T), U = ND_AXIS_SLAB_UNROLL, K = op_online::K;
-    __shared__ __align__(16) float red[K * slab_policy::max_threads * VEC];
+    __shared__ __align__(16) float red[K * slab_policy::max_threads * (VEC + 1)];
     __shared__ __align__(16) float col[K * slab_policy::max_q * VEC];
     const slab_segment sg(g, nseg, seg_packs);
     const int t = threadIdx.x, nt = blockDim.x;
@@ -936,12 +1060,13 @@ softmax_axis_slab_stats(const T *__restrict__ x, float *__restrict__ part, slab_
                 if (u < n)
                     b[1] += nd_exp_le0(v.get(u * VEC + j) - b[0]);
             float a[2] = {ms[0][j], ms[1][j]};
-            op_online()(a, b);
+            op_online_split()(a, b);
             ms[0][j] = a[0];
             ms[1][j] = a[1];
         }
     }
-    slab_allreduce<VEC>(ms, red, col, col, g, t % g.q, op_online()); /* g.cluster is 1 here */
+    slab_allreduce<VEC, !ND_AXIS_SLAB_SPLIT_OLD_FOLD>(ms, red, col, col, g, t % g.q,
+                                                       op_online_split()); /* g.cluster is 1 here */
     /* col holds the block's pair for every column (slab_allreduce's last barrier passed) */
     for (int c = t; c < g.inner; c += nt)
 #pragma unroll
@@ -965,7 +1090,7 @@ __global__ void softmax_axis_slab_merge(const float *__restrict__ part, float *_
     for (int seg = lane; seg < nseg; seg += 32) {
         const float *p = part + (o * nseg + seg) * 2 * inner + c;
         const float b[2] = {p[0], p[inner]};
-        op_online()(a, b);
+        op_online_split()(a, b);
     }
     const int n = nseg < 32 ? nseg : 32;
 #pragma unroll
@@ -973,7 +1098,7 @@ __global__ void softmax_axis_slab_merge(const float *__restrict__ part, float *_
         const float b[2] = {__shfl_down_sync(0xffffffffu, a[0], off),
                             __shfl_down_sync(0xffffffffu, a[1], off)};
         if (lane + off < n)
-            op_online()(a, b);
+            op_online_split()(a, b);
     }
     if (lane == 0) {
         fin[o * 2 * inner + c] = a[0];
