@@ -319,6 +319,16 @@ enum { ND_ROWS_WARP_BLOCK = 128 };
 
 /* Threads per SM every row kernel must allow (caps registers at 64 per thread): the row sits in
  * registers, so occupancy is what hides the latency of the next rows loads. */
+/* The block and chunk kernels of 16-bit rows load the row's first element (ctx.x0, LayerNorm's
+ * shift) after their packs of x (1) or before them (0). Before, its conversion waited for the
+ * load, so the packs' loads left one memory latency late: ncu (float16 LayerNorm, 128x1048576)
+ * put 3.4% of the chunk kernel's warp stall samples on that wait. H100, three alternating
+ * rounds, 16-bit LayerNorm: 49152x32768 (block kernel) 93.5 -> 94.5% of the copy ceiling, the
+ * split shapes +0.4. float32 keeps the old order: its chunk kernel spilled 8 bytes with the late
+ * load and measured 1-2 points lower (bench/results/rows_split_prefetch_h100.txt). */
+#ifndef ND_ROWS_X0_LATE
+#define ND_ROWS_X0_LATE 1
+#endif
 #ifndef ND_ROWS_MIN_THREADS_PER_SM
 #define ND_ROWS_MIN_THREADS_PER_SM 1024
 #endif
@@ -727,7 +737,9 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
     for (; row < a.rows; row += step) {
         const T *xrow = a.x + row * a.cols;
         ctx.h = nd_grid_offset<T, VEC>(xrow);
-        ctx.x0 = nd_to_float(__ldg(xrow)); /* dropped by the compiler when the op does not use it */
+        constexpr bool X0_LATE = ND_ROWS_X0_LATE && sizeof(T) == 2;
+        if (!X0_LATE)
+            ctx.x0 = nd_to_float(__ldg(xrow)); /* dropped by the compiler when the op does not use it */
         nd_regrow<T, N> v[1];
         nd_cp_async_wait_all();
 #pragma unroll
@@ -738,6 +750,8 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
                 nd_row_load_words<T, VEC, int>(xrow, (i * ctx.G + ctx.g) * VEC - ctx.h, ctx.cols,
                                                Op::kPad, &v[0].w[i * 4]);
         }
+        if (X0_LATE)
+            ctx.x0 = nd_to_float(__ldg(xrow)); /* see ND_ROWS_X0_LATE */
         if (PF && row + step < a.rows)
             prefetch(row + step);
         /* ND_ROWS_PARAM_PIPE_BLOCK: the first pack's parameters, loaded with x */

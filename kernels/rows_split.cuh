@@ -50,6 +50,13 @@
  * that re-read their chunk from L2 (bench/split_l2_probe.cu: +1 to +4 points for a lean RMSNorm).
  * With the ops' statistics run in both blocks, 16-bit rows lost 5-13 points on an H100
  * (bench/results/split_two_phase_h100.txt).
+ * Tried (H100, three alternating rounds, bench/results/rows_split_prefetch_h100.txt): thread 0
+ * of each block asking for chunk blockIdx.x in L2 (one cp.async.bulk.prefetch.L2) before taking
+ * its ticket, a guess at the chunk it will get, so the ticket's atomic and the first DRAM reads
+ * overlap: 16-bit 2048x65536 lost 3-4 points (LayerNorm 88.3 -> 85.9, softmax 94.8 -> 90.8),
+ * 128x1048576 moved -0.5 to +1. And LayerNorm's chunk blocks asking for all their parameters in
+ * L1 (prefetch.global.L1) before the statistics, where ncu put 15% of the warp stall samples
+ * on the parameter loads of the output loop (from L2, one pack ahead): 16-bit lost 0.3-1.5.
  * Tried: each chunk's x kept in shared memory (stored as it arrives, read back for the output)
  * so that no register holds it across the wait; the 16-bit LayerNorm kernel's 28-byte spill went
  * to 0, and 65536 columns lost 2 points, 1048576 gained 1, the other ops lost 1-4 (H100,
@@ -315,12 +322,16 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
     ctx.smem = &smem;
     const T *xrow = a.x + (int64_t)ctx.row * a.cols;
     ctx.h = nd_grid_offset<T, VEC>(xrow);
-    ctx.x0 = nd_to_float(__ldg(xrow)); /* dropped by the compiler when the op does not use it */
+    constexpr bool X0_LATE = ND_ROWS_X0_LATE && sizeof(T) == 2;
+    if (!X0_LATE)
+        ctx.x0 = nd_to_float(__ldg(xrow)); /* dropped by the compiler when the op does not use it */
     nd_regrow<T, N> v[1];
 #pragma unroll
     for (int i = 0; i < PACKS; i++)
         nd_row_load_words<T, VEC, int>(xrow, (i * THREADS + ctx.g) * VEC - ctx.h, ctx.cols,
                                        Op::kPad, &v[0].w[i * 4]);
+    if (X0_LATE)
+        ctx.x0 = nd_to_float(__ldg(xrow)); /* see ND_ROWS_X0_LATE */
     /* ND_ROWS_PARAM_PIPE_SPLIT, as in the block kernel: the first pack's parameters with x */
     constexpr bool PIPE = ND_ROWS_PARAM_PIPE_SPLIT && Op::kParams >= 2 &&
                           nd_split_bounds<Op, T, PACKS, THREADS>::pipe;
