@@ -160,10 +160,13 @@ namespace cg = cooperative_groups;
  * of col: every thread arrives with release semantics (0, cluster.sync()); only warp 0 does, the
  * others arrive relaxed (1); or thread 0 issues fence.acq_rel.cluster and every thread arrives
  * relaxed (2). */
-/* The two-pass slab path (softmax_axis_slab_stats / merge) keeps the one-thread fold of a
- * column's partials and the branching merge (1), or takes the one-pass kernel's (0). H100, three
- * alternating rounds: with either the parallel fold or the select, (8,32768,64) 16-bit fell from
- * 60.2-60.6% of the copy ceiling to 56.6-57.3 (bench/results/axis_slab_sync_h100.txt). */
+/* The two-pass slab path (softmax_axis_slab_stats / merge) keeps slab_allreduce's old form and
+ * the branching merge (1: its code as before these knobs), or takes the one-pass kernel's (0).
+ * H100, three alternating rounds: with the one-pass kernel's changes (8,32768,64) 16-bit fell
+ * from 60.2-60.6% of the copy ceiling to 56.6-57.3, and to 55.2-55.6 with only the fold and the
+ * merge kept (the cluster code that the statistics kernel carries but never runs changed its
+ * registers), so the statistics kernel compiles to exactly its old code
+ * (bench/results/axis_slab_sync_h100.txt). */
 #ifndef ND_AXIS_SLAB_SPLIT_OLD_FOLD
 #define ND_AXIS_SLAB_SPLIT_OLD_FOLD 1
 #endif
@@ -702,7 +705,7 @@ struct slab_geom {
  * of the column, every block and every run gets the same bits. Called once per kernel: a second call would need a second `col`, which other blocks of
  * the cluster may still be reading.
  */
-template <int VEC, bool PAR = true, class Op>
+template <int VEC, bool TUNED = true, class Op>
 __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *red, float *col,
                                                float *fin, const slab_geom &g, int cp, Op op)
 {
@@ -720,7 +723,7 @@ __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *re
      * pack-column cp are cp, cp + q, ..., so column c's partials are red[c + p * inner] */
     const int parts = nt / g.q; /* >= 4: plan_slab */
     const int L = parts / VEC;  /* threads a column, when parts % VEC == 0: L * inner = nt */
-    if (ND_AXIS_SLAB_COMBINE_PAR && PAR && VEC == 8 && parts % VEC == 0 && L >= 2) {
+    if (ND_AXIS_SLAB_COMBINE_PAR && TUNED && VEC == 8 && parts % VEC == 0 && L >= 2) {
         /* Every thread folds VEC of a column's partials, p = l, l + L, ... (a pairwise tree), into
          * scr (K planes of nt floats past red's), then one thread a column folds its L results in
          * order of l. A warp reads 32 consecutive columns of one p: no bank conflict. */
@@ -793,14 +796,14 @@ __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *re
          * reads its columns from its own block (a thread holding v across C remote reads of
          * its VEC columns spilled: 30 bytes at 16-bit 8 packs) */
         cg::cluster_group cl = cg::this_cluster();
-        if (ND_AXIS_SLAB_ONE_RELEASE == 1) {
+        if (TUNED && ND_AXIS_SLAB_ONE_RELEASE == 1) {
             /* col's writers passed the barrier above, so warp 0's release covers their writes */
             if (t < 32)
                 asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
             else
                 nd_cluster_arrive_relaxed();
             nd_cluster_wait();
-        } else if (ND_AXIS_SLAB_ONE_RELEASE == 2) {
+        } else if (TUNED && ND_AXIS_SLAB_ONE_RELEASE == 2) {
             if (t == 0) /* the same, through one thread's fence */
                 asm volatile("fence.acq_rel.cluster;" ::: "memory");
             nd_cluster_arrive_relaxed();
@@ -813,7 +816,7 @@ __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *re
 #pragma unroll
             for (int k = 0; k < K; k++)
                 a[k] = *cl.map_shared_rank(col + k * g.inner + c, 0);
-            if (ND_AXIS_SLAB_RANK_LOADS && VEC == 8) {
+            if (TUNED && ND_AXIS_SLAB_RANK_LOADS && VEC == 8) {
                 /* every rank's pair in flight at once: one remote round trip, not cluster - 1 */
                 float br[slab_policy::max_cluster - 1][K];
 #pragma unroll
@@ -841,7 +844,7 @@ __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *re
         __syncthreads();
         /* the remote reads are done (their values were stored to fin before the barrier): this
          * block may leave once the others have passed here too (softmax_axis_slab's end) */
-        if (ND_AXIS_SLAB_LEAVE_SPLIT)
+        if (TUNED && ND_AXIS_SLAB_LEAVE_SPLIT)
             nd_cluster_arrive_relaxed();
         res = fin;
     }
