@@ -3,8 +3,9 @@
 
 Each measurement captures N calls of the functional op into a CUDA graph (so PyTorch's launch
 overhead does not count against it), rotating among k input sets so the working set is well past
-L2, replays it once to warm up and takes the median of several replays. torch.compile is reset
-between shapes (torch._dynamo.reset()), or after 8 recompiles it would silently fall back to eager.
+L2, replays it for at least --warm-ms (default 50, as bench_gpu) to warm up and takes the median
+of several replays. torch.compile is reset between shapes (torch._dynamo.reset()), or after 8
+recompiles it would silently fall back to eager.
 
     torch_bench.py [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] [--csv PATH]
                    [--impl eager,compile] [--quick] [--budget-s SECONDS]
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 WORKING_SET = 512 * 2**20
 GRAPH_BYTES = 2 * 2**30
 REPLAYS = 9
+WARM_MS = 50.0  # --warm-ms
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -84,7 +86,17 @@ def time_graph(fn, xs, n):
     with torch.cuda.graph(g):
         for i in range(n):
             outs.append(fn(xs[i % len(xs)]))
+    e0 = torch.cuda.Event(enable_timing=True)
+    e1 = torch.cuda.Event(enable_timing=True)
+    e0.record()
     g.replay()
+    e1.record()
+    e1.synchronize()
+    warm = e0.elapsed_time(e1)
+    done = warm
+    while warm > 0 and done < WARM_MS:
+        g.replay()
+        done += warm
     torch.cuda.synchronize()
     ts = []
     for _ in range(REPLAYS):
@@ -100,6 +112,7 @@ def time_graph(fn, xs, n):
 
 
 def main():
+    global WARM_MS
     ap = argparse.ArgumentParser()
     ap.add_argument("--suite", default="all")
     ap.add_argument("--op", default="")
@@ -110,9 +123,12 @@ def main():
     ap.add_argument("--warm-shard", default="",
                     help="i/n: only compile (and run once) every n-th shape from i, to fill "
                          "Inductor's on-disk caches in parallel before a timing run; no CSV")
+    ap.add_argument("--warm-ms", type=float, default=50.0,
+                    help="replay each graph for at least this long before timing (as bench_gpu)")
     ap.add_argument("--budget-s", type=float, default=1e9,
                     help="stop starting new torch.compile measurements after this many seconds")
     args = ap.parse_args()
+    WARM_MS = args.warm_ms
     impls = args.impl.split(",")
     t_start = time.time()
     if args.warm_shard:
