@@ -131,7 +131,8 @@ int main(int argc, char **argv)
             g_warm_ms = atof(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] "
-                    "[--cols N[,N...]] [--csv PATH] [--quick] [--rest-ms MS] [--pre-alloc-mb MB] [--warm-ms MS]\n", argv[0]);
+                    "[--cols N[,N...]] [--csv PATH] [--quick] [--rest-ms MS] [--pre-alloc-mb MB] "
+                    "[--warm-ms MS]\n", argv[0]);
             return 2;
         }
     }

@@ -738,8 +738,8 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
         const T *xrow = a.x + row * a.cols;
         ctx.h = nd_grid_offset<T, VEC>(xrow);
         constexpr bool X0_LATE = ND_ROWS_X0_LATE && sizeof(T) == 2;
-        if (!X0_LATE)
-            ctx.x0 = nd_to_float(__ldg(xrow)); /* dropped by the compiler when the op does not use it */
+        if (!X0_LATE) /* dropped by the compiler when the op does not use it */
+            ctx.x0 = nd_to_float(__ldg(xrow));
         nd_regrow<T, N> v[1];
         nd_cp_async_wait_all();
 #pragma unroll

@@ -156,20 +156,21 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_SLAB_RANK_LOADS
 #define ND_AXIS_SLAB_RANK_LOADS 1
 #endif
-/* The cluster barrier before the remote reads, after the block barrier that follows the writes
- * of col: every thread arrives with release semantics (0, cluster.sync()); only warp 0 does, the
- * others arrive relaxed (1); or thread 0 issues fence.acq_rel.cluster and every thread arrives
- * relaxed (2). */
 /* The two-pass slab path (softmax_axis_slab_stats / merge) keeps slab_allreduce's old form and
  * the branching merge (1: its code as before these knobs), or takes the one-pass kernel's (0).
  * H100, three alternating rounds: with the one-pass kernel's changes (8,32768,64) 16-bit fell
- * from 60.2-60.6% of the copy ceiling to 56.6-57.3, and to 55.2-55.6 with only the fold and the
- * merge kept (the cluster code that the statistics kernel carries but never runs changed its
- * registers), so the statistics kernel compiles to exactly its old code
+ * from 60.2-60.6% of the copy ceiling to 56.6-57.3, and to 55.2-55.6 with the old fold and merge
+ * but the new cluster code, which the statistics kernel carries without ever running it (it
+ * changed the kernel's registers); so the statistics kernel compiles to exactly its old code
+ * (slab_allreduce's TUNED false), measured back at 59.4-60.9
  * (bench/results/axis_slab_sync_h100.txt). */
 #ifndef ND_AXIS_SLAB_SPLIT_OLD_FOLD
 #define ND_AXIS_SLAB_SPLIT_OLD_FOLD 1
 #endif
+/* The cluster barrier before the remote reads, after the block barrier that follows the writes
+ * of col: every thread arrives with release semantics (0, cluster.sync()); only warp 0 does, the
+ * others arrive relaxed (1); or thread 0 issues fence.acq_rel.cluster and every thread arrives
+ * relaxed (2). */
 #ifndef ND_AXIS_SLAB_ONE_RELEASE /* 2 measured best; 1 spilled 36 / 52 bytes in one kernel */
 #define ND_AXIS_SLAB_ONE_RELEASE 2
 #endif
@@ -702,8 +703,11 @@ struct slab_geom {
  * thread's partial k (of Op::K) for column cp * VEC + j. `red` holds Op::K * blockDim.x *
  * (VEC + 1) floats, `col` and `fin` Op::K * inner each. Each column is combined in one fixed order
  * (the block's threads in a fixed tree, then the cluster's blocks in rank order), so every thread
- * of the column, every block and every run gets the same bits. Called once per kernel: a second call would need a second `col`, which other blocks of
- * the cluster may still be reading.
+ * of the column, every block and every run gets the same bits. Called once per kernel: a second
+ * call would need a second `col`, which other blocks of the cluster may still be reading.
+ * TUNED false keeps the form this had before the ND_AXIS_SLAB_* synchronization knobs (one
+ * thread a column folds every partial; cluster.sync() before the remote reads, one rank at a
+ * time), for the two-pass path's statistics kernel (ND_AXIS_SLAB_SPLIT_OLD_FOLD).
  */
 template <int VEC, bool TUNED = true, class Op>
 __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *red, float *col,
