@@ -16,10 +16,10 @@
  * dispatch picked for that shape (nd_cuda_last_plan: kernel, packs, lanes, block, grid), so a
  * number can be read next to the kernel that made it.
  *
- * Two switches for finding out why a shape measures differently inside a suite than alone:
- * --rest-ms sleeps that long (device idle) before each shape, --pre-alloc-mb allocates, touches
- * and frees that much device memory once before the first shape. --warm-ms replays each graph for
- * at least that long before the timed replays (default 50). With one warm-up replay, a shape
+ * For finding out why a shape measures differently inside a suite than alone: --rest-ms sleeps
+ * that long (device idle) before each shape, --pre-alloc-mb allocates, touches and frees that
+ * much device memory once before the first shape. --warm-ms replays each graph for at least that
+ * long before the timed replays (default 50). With one warm-up replay, a shape
  * timed right after a long, heavy one could be measured in a slower state of the GPU that lasts
  * tens of milliseconds: float32 2048x65536 right after the 16-bit 49152x32768 shapes measured
  * 82-84% of the copy ceiling, 92-97 alone, after a 3 s rest, or after 50 or 200 ms of warm-up

@@ -317,8 +317,6 @@ template <class Op, class T, int VEC, int HOLD = 1> struct nd_param_pipe {
 
 enum { ND_ROWS_WARP_BLOCK = 128 };
 
-/* Threads per SM every row kernel must allow (caps registers at 64 per thread): the row sits in
- * registers, so occupancy is what hides the latency of the next rows loads. */
 /* The block and chunk kernels of 16-bit rows load the row's first element (ctx.x0, LayerNorm's
  * shift) after their packs of x (1) or before them (0). Before, its conversion waited for the
  * load, so the packs' loads left one memory latency late: ncu (float16 LayerNorm, 128x1048576)
@@ -329,6 +327,8 @@ enum { ND_ROWS_WARP_BLOCK = 128 };
 #ifndef ND_ROWS_X0_LATE
 #define ND_ROWS_X0_LATE 1
 #endif
+/* Threads per SM every row kernel must allow (caps registers at 64 per thread): the row sits in
+ * registers, so occupancy is what hides the latency of the next rows loads. */
 #ifndef ND_ROWS_MIN_THREADS_PER_SM
 #define ND_ROWS_MIN_THREADS_PER_SM 1024
 #endif
