@@ -168,11 +168,13 @@ namespace cg = cooperative_groups;
 #define ND_AXIS_SLAB_SPLIT_OLD_FOLD 1
 #endif
 /* The cluster barrier before the remote reads, after the block barrier that follows the writes
- * of col: every thread arrives with release semantics (0, cluster.sync()); only warp 0 does, the
- * others arrive relaxed (1); or thread 0 issues fence.acq_rel.cluster and every thread arrives
- * relaxed (2). */
-#ifndef ND_AXIS_SLAB_ONE_RELEASE /* 2 measured best; 1 spilled 36 / 52 bytes in one kernel */
-#define ND_AXIS_SLAB_ONE_RELEASE 2
+ * of col: thread 0 issues fence.acq_rel.cluster and every thread arrives relaxed (1), or every
+ * thread arrives with release semantics (0, cluster.sync()). Tried: warp 0 arriving with release
+ * and the other warps relaxed, about as fast, but its bfloat16 7-pack tiled kernel spilled 36 / 52
+ * bytes and ran (32,1000,56,56) at 73% of the copy ceiling against 83
+ * (bench/results/axis_slab_sync_h100.txt). */
+#ifndef ND_AXIS_SLAB_ONE_RELEASE
+#define ND_AXIS_SLAB_ONE_RELEASE 1
 #endif
 #ifndef ND_AXIS_MINB_16BIT /* blocks per SM the 16-bit 4-element 16-row kernel must fit: 3 caps it
                               at 80 registers (a few spill) for 1.5x the rows in flight of 2 */
@@ -657,7 +659,7 @@ softmax_axis_apply(const T *__restrict__ x, T *__restrict__ y, const float2 *__r
  *     -> 75 / 89; merges as selects, not branches (ND_MERGE_SELECT): (128,128,16,16) 76 / 98 ->
  *     81 / 99; every thread folding partials (ND_AXIS_SLAB_COMBINE_PAR, 16-bit): +3 to +6; the
  *     ranks' pairs loaded at once (ND_AXIS_SLAB_RANK_LOADS, 16-bit): +0.5 to +1; the release
- *     before the remote reads issued by one thread's fence (ND_AXIS_SLAB_ONE_RELEASE 2): +1 to
+ *     before the remote reads issued by one thread's fence (ND_AXIS_SLAB_ONE_RELEASE): +1 to
  *     +5 on the cluster shapes. In all, over three alternating rounds in one call, 16-bit
  *     69-77 -> 81.5-86.4, float32 83-98 -> 94-99.
  */
@@ -800,15 +802,9 @@ __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *re
          * reads its columns from its own block (a thread holding v across C remote reads of
          * its VEC columns spilled: 30 bytes at 16-bit 8 packs) */
         cg::cluster_group cl = cg::this_cluster();
-        if (TUNED && ND_AXIS_SLAB_ONE_RELEASE == 1) {
-            /* col's writers passed the barrier above, so warp 0's release covers their writes */
-            if (t < 32)
-                asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-            else
-                nd_cluster_arrive_relaxed();
-            nd_cluster_wait();
-        } else if (TUNED && ND_AXIS_SLAB_ONE_RELEASE == 2) {
-            if (t == 0) /* the same, through one thread's fence */
+        if (TUNED && ND_AXIS_SLAB_ONE_RELEASE) {
+            /* col's writers passed the barrier above: one thread's release covers them */
+            if (t == 0)
                 asm volatile("fence.acq_rel.cluster;" ::: "memory");
             nd_cluster_arrive_relaxed();
             nd_cluster_wait();
