@@ -594,4 +594,133 @@ __device__ __forceinline__ void nd_cluster_allreduce(float (&v)[K], Op op,
 #endif
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Flag words: blocks of one launch handing each other up to two floats through global memory
+ * (rows_split.cuh's chunk kernel, softmax_axis.cu's slab grid). A 64-bit word is written and
+ * read whole (st/ld.relaxed.gpu.b64 are single-copy atomic), so each word is its own flag: the
+ * workspace starts as all ones, and a store never writes that pattern (nd_split_word: the only
+ * values with it are NaNs, two float NaNs or one double NaN, and it is written one lower, the
+ * same NaN still). A reader that sees a word sees its data.
+ * ------------------------------------------------------------------------------------------- */
+static constexpr unsigned long long ND_SPLIT_EMPTY = ~0ull;
+
+/* Word w of K floats: floats 2w and 2w + 1 (0 past K), never ND_SPLIT_EMPTY. */
+template <int K> __device__ __forceinline__ unsigned long long nd_split_word(const float (&v)[K], int w)
+{
+    const unsigned long long lo = __float_as_uint(v[2 * w]);
+    const unsigned long long hi = 2 * w + 1 < K ? __float_as_uint(v[2 * w + 1 < K ? 2 * w + 1 : 0]) : 0u;
+    const unsigned long long word = lo | hi << 32;
+    return word == ND_SPLIT_EMPTY ? ND_SPLIT_EMPTY - 1 : word;
+}
+
+__device__ __forceinline__ void nd_split_store(unsigned long long *p, unsigned long long v)
+{
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long nd_split_load(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+
+/* A slot's two words in one access (16-byte aligned; each word single-copy atomic on its own):
+ * one round trip to L2 for a 3-4 float partial instead of two. */
+__device__ __forceinline__ void nd_split_store2(unsigned long long *p, unsigned long long a,
+                                                unsigned long long b)
+{
+    asm volatile("st.relaxed.gpu.global.v2.b64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+
+__device__ __forceinline__ void nd_split_load2(const unsigned long long *p, unsigned long long &a,
+                                               unsigned long long &b)
+{
+    asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+
+/* Wait for and combine the K floats of `chunks` slots, slot c at slots + c * stride (words; K > 2:
+ * two words), in a fixed order, in one warp: lane l folds slots l, l + 32, ... in order
+ * (spinning on each word until it is written), then a shuffle tree (lane i takes lane i + off)
+ * leaves the result in lane 0, which every lane takes. AHEAD > 1 (K <= 2): a lane loads that
+ * many of its slots at once and asks again for all that were empty at once, so a lane of more
+ * than 32 slots waits one round trip to L2, not one a slot, after the last is written. */
+template <int K, int AHEAD = 1, class O>
+__device__ __forceinline__ void nd_split_gather(float (&v)[K], O op, const unsigned long long *slots,
+                                                int chunks, int stride)
+{
+    static_assert(AHEAD == 1 || K <= 2, "AHEAD: one word a slot");
+    const int lane = threadIdx.x & 31;
+    float a[K] = {}; /* lanes >= chunks: never read */
+    if constexpr (AHEAD > 1) {
+        for (int c0 = lane; c0 < chunks; c0 += 32 * AHEAD) {
+            unsigned long long w[AHEAD];
+#pragma unroll
+            for (int u = 0; u < AHEAD; u++)
+                if (c0 + 32 * u < chunks)
+                    w[u] = nd_split_load(slots + (c0 + 32 * u) * stride);
+            for (bool wait = true; wait;) { /* every empty word asked for again at once */
+                wait = false;
+#pragma unroll
+                for (int u = 0; u < AHEAD; u++)
+                    if (c0 + 32 * u < chunks && w[u] == ND_SPLIT_EMPTY) {
+                        w[u] = nd_split_load(slots + (c0 + 32 * u) * stride);
+                        wait = true;
+                    }
+            }
+#pragma unroll
+            for (int u = 0; u < AHEAD; u++)
+                if (c0 + 32 * u < chunks) {
+                    float b[K];
+#pragma unroll
+                    for (int i = 0; i < K; i++)
+                        b[i] = __uint_as_float((unsigned)(w[u] >> (32 * i)));
+                    if (c0 + 32 * u == lane) {
+#pragma unroll
+                        for (int i = 0; i < K; i++)
+                            a[i] = b[i];
+                    } else {
+                        op(a, b);
+                    }
+                }
+        }
+    } else
+    for (int c = lane; c < chunks; c += 32) {
+        unsigned long long w[2];
+        if constexpr (K > 2) {
+            do
+                nd_split_load2(slots + c * stride, w[0], w[1]);
+            while (w[0] == ND_SPLIT_EMPTY || w[1] == ND_SPLIT_EMPTY);
+        } else {
+            while ((w[0] = nd_split_load(slots + c * stride)) == ND_SPLIT_EMPTY) {
+            }
+        }
+        float b[K];
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            b[i] = __uint_as_float((unsigned)(w[i / 2] >> (32 * (i & 1))));
+        if (c == lane) {
+#pragma unroll
+            for (int i = 0; i < K; i++)
+                a[i] = b[i];
+        } else {
+            op(a, b);
+        }
+    }
+    const int n = chunks < 32 ? chunks : 32;
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+        float b[K];
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            b[i] = __shfl_down_sync(0xffffffffu, a[i], off);
+        if (lane + off < n)
+            op(a, b);
+    }
+#pragma unroll
+    for (int i = 0; i < K; i++)
+        v[i] = __shfl_sync(0xffffffffu, a[i], 0);
+}
+
 #endif /* ND_CUDA_COMMON_CUH */
