@@ -118,11 +118,24 @@
  * Workspace and context
  * ------------------------------------------------------------------------------------------- */
 
-/* A slot holds one block's K <= 4 floats of one round as ND_SPLIT_WORDS flag words (cuda_common
- * .cuh: floats 2w and 2w + 1 in word w; LayerNorm sends 3: a double and a float). No fence, no
- * counter: a reader that sees a word sees its data. An op's all-reduces get a slot each: at most
- * ND_SPLIT_ROUNDS. */
+/* A slot holds one block's K <= 4 floats of one round as ND_SPLIT_WORDS 64-bit words (floats
+ * 2w and 2w + 1 in word w; LayerNorm sends 3: a double and a float), each written and read whole
+ * (st/ld.relaxed.gpu.b64 are single-copy atomic), so each word is its own flag: the workspace
+ * starts as all ones, and a store never writes that pattern (nd_split_word: the only values
+ * with it are NaNs, two float NaNs or one double NaN, and it is written one lower, the same
+ * NaN still). No fence, no counter: a reader that sees a word sees its data. An op's
+ * all-reduces get a slot each: at most ND_SPLIT_ROUNDS. */
 enum { ND_SPLIT_K = 4, ND_SPLIT_WORDS = 2, ND_SPLIT_ROUNDS = 2 };
+static constexpr unsigned long long ND_SPLIT_EMPTY = ~0ull;
+
+/* Word w of a slot from K floats: floats 2w and 2w + 1 (0 past K), never ND_SPLIT_EMPTY. */
+template <int K> __device__ __forceinline__ unsigned long long nd_split_word(const float (&v)[K], int w)
+{
+    const unsigned long long lo = __float_as_uint(v[2 * w]);
+    const unsigned long long hi = 2 * w + 1 < K ? __float_as_uint(v[2 * w + 1 < K ? 2 * w + 1 : 0]) : 0u;
+    const unsigned long long word = lo | hi << 32;
+    return word == ND_SPLIT_EMPTY ? ND_SPLIT_EMPTY - 1 : word;
+}
 
 struct nd_split_ws {
     unsigned *ticket;         /* next (row, chunk) to hand out, in the order blocks start; all
@@ -130,6 +143,78 @@ struct nd_split_ws {
     unsigned long long *slot; /* [rows][ND_SPLIT_ROUNDS][chunks][ND_SPLIT_WORDS] */
     int chunks;               /* C, chunks per row */
 };
+
+__device__ __forceinline__ void nd_split_store(unsigned long long *p, unsigned long long v)
+{
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long nd_split_load(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* A slot's two words in one access (16-byte aligned; each word single-copy atomic on its own):
+ * one round trip to L2 for a 3-4 float partial instead of two. */
+__device__ __forceinline__ void nd_split_store2(unsigned long long *p, unsigned long long a,
+                                                unsigned long long b)
+{
+    asm volatile("st.relaxed.gpu.global.v2.b64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+
+__device__ __forceinline__ void nd_split_load2(const unsigned long long *p, unsigned long long &a,
+                                               unsigned long long &b)
+{
+    asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+
+/* Wait for and combine every chunk's slot of one round, in a fixed order, in one warp: lane l
+ * folds chunks l, l + 32, ... in order (spinning on each word until it is written), then a
+ * shuffle tree (lane i takes lane i + off) leaves the result in lane 0, which every lane takes. */
+template <int K, class O>
+__device__ __forceinline__ void nd_split_gather(float (&v)[K], O op, const unsigned long long *slots,
+                                                int chunks)
+{
+    const int lane = threadIdx.x & 31;
+    float a[K] = {}; /* lanes >= chunks: never read */
+    for (int c = lane; c < chunks; c += 32) {
+        unsigned long long w[ND_SPLIT_WORDS];
+        if constexpr (K > 2) {
+            do
+                nd_split_load2(slots + c * ND_SPLIT_WORDS, w[0], w[1]);
+            while (w[0] == ND_SPLIT_EMPTY || w[1] == ND_SPLIT_EMPTY);
+        } else {
+            while ((w[0] = nd_split_load(slots + c * ND_SPLIT_WORDS)) == ND_SPLIT_EMPTY) {
+            }
+        }
+        float b[K];
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            b[i] = __uint_as_float((unsigned)(w[i / 2] >> (32 * (i & 1))));
+        if (c == lane) {
+#pragma unroll
+            for (int i = 0; i < K; i++)
+                a[i] = b[i];
+        } else {
+            op(a, b);
+        }
+    }
+    const int n = chunks < 32 ? chunks : 32;
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+        float b[K];
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            b[i] = __shfl_down_sync(0xffffffffu, a[i], off);
+        if (lane + off < n)
+            op(a, b);
+    }
+#pragma unroll
+    for (int i = 0; i < K; i++)
+        v[i] = __shfl_sync(0xffffffffu, a[i], 0);
+}
 
 struct nd_split_smem {
     nd_rows_reduce_smem reduce;
@@ -165,7 +250,7 @@ template <int VEC, int PACKS, int THREADS> struct nd_split_ctx : nd_group_row<VE
                 nd_split_store(mine, nd_split_word<K>(v, 0));
         }
         if (threadIdx.x < 32) {
-            nd_split_gather<K>(v, op, slots, ws.chunks, ND_SPLIT_WORDS);
+            nd_split_gather<K>(v, op, slots, ws.chunks);
             if (threadIdx.x == 0) {
 #pragma unroll
                 for (int i = 0; i < K; i++)

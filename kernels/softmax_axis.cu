@@ -117,23 +117,6 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_TILE_MAX32 /* the same for float32 */
 #define ND_AXIS_TILE_MAX32 16
 #endif
-#ifndef ND_AXIS_SLAB_GRID /* 0: never take the one-pass grid path (softmax_axis_slab_grid) */
-#define ND_AXIS_SLAB_GRID 1
-#endif
-/* The grid path takes slabs whose segments fit in 1 / ND_AXIS_GRID_SHARE of the blocks the
- * device holds at once (ND_ROWS_SPLIT_SHARE's rule: 4 = the daemon's default streams). */
-/* The grid path's column owners: words a lane has in flight before it waits (nd_split_gather). */
-#ifndef ND_AXIS_GRID_AHEAD
-#define ND_AXIS_GRID_AHEAD 1
-#endif
-/* 1: a block of the grid path takes its (slab, segment) from a ticket (the deadlock argument
- * needs it); 0: from blockIdx.x, to measure what the ticket costs, never for use. */
-#ifndef ND_AXIS_GRID_TICKET
-#define ND_AXIS_GRID_TICKET 1
-#endif
-#ifndef ND_AXIS_GRID_SHARE
-#define ND_AXIS_GRID_SHARE 4
-#endif
 #ifndef ND_AXIS_SLAB_SPLIT /* 0: never take the two-pass slab path (A/B runs) */
 #define ND_AXIS_SLAB_SPLIT 1
 #endif
@@ -923,29 +906,6 @@ __device__ __forceinline__ void slab_store(uint4 *ys, int p, int stride, int n, 
         }
 }
 
-/* A thread's (max, sum of exp(x - max)) for each of its VEC columns, over its packs i < n as
- * slab_load put them in v (n >= 1, or MAYBE_EMPTY: a thread with no packs gets (-inf, 0)). */
-template <int PACKS, bool MAYBE_EMPTY = false, class R, int VEC>
-__device__ __forceinline__ void slab_pairs(const R &v, int n, float (&ms)[2][VEC])
-{
-#pragma unroll
-    for (int j = 0; j < VEC; j++) {
-        ms[0][j] = MAYBE_EMPTY && n == 0 ? -INFINITY : v.get(j);
-#pragma unroll
-        for (int i = 1; i < PACKS; i++)
-            if (i < n)
-                ms[0][j] = fmaxf(ms[0][j], v.get(i * VEC + j));
-    }
-#pragma unroll
-    for (int j = 0; j < VEC; j++) {
-        ms[1][j] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < PACKS; i++)
-            if (i < n)
-                ms[1][j] += nd_exp_le0(v.get(i * VEC + j) - ms[0][j]);
-    }
-}
-
 /*
  * One slab per block (g.cluster == 1) or per cluster of g.cluster blocks; PACKS packs of 16 bytes
  * per thread, kept in registers (16-bit packs as words, widened on use). Every thread holds at
@@ -989,7 +949,22 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
      * 74, float32 79-80 against 83-84. */
     float ms[2][VEC];
     float (&m)[VEC] = ms[0], (&s)[VEC] = ms[1];
-    slab_pairs<PACKS>(v, n, ms);
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        m[j] = v.get(j); /* n >= 1 */
+#pragma unroll
+        for (int i = 1; i < PACKS; i++)
+            if (i < n)
+                m[j] = fmaxf(m[j], v.get(i * VEC + j));
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        s[j] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PACKS; i++)
+            if (i < n)
+                s[j] += nd_exp_le0(v.get(i * VEC + j) - m[j]);
+    }
     slab_fence(v);
     slab_allreduce<VEC>(ms, red, col, fin, g, cp, op_online());
 #pragma unroll
@@ -1035,6 +1010,18 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
  *     against 67 for the three launches) but the launch took 62-64 us against 44: 38-42 / 50-56,
  *     with warps stalled at block barriers 44% of the time and one instruction issued every four
  *     cycles; segments of 4 packs a thread (twice the blocks) 27-38.
+ *   - One pass over a grid of segments (commit d54fe8b, bench/results/axis_slab_grid_h100.txt):
+ *     each segment of 256 threads x 8 packs kept in registers as in the one-pass kernel (16-bit:
+ *     128 segments a slab, a quarter of the blocks the device holds, so the row engine's
+ *     ticket argument holds), the slab's blocks exchanging their columns' pairs through global
+ *     memory, then y written from the registers. Against the two-pass path's 60-61 (16-bit):
+ *     the last block merging and raising a flag 35; every block gathering every segment's
+ *     pairs (64 KB from L2 a block) 48-50; column owners (the block of segment c % nseg folds
+ *     column c in one warp from flag words and writes a last flag word) 57-59. Blocks from
+ *     blockIdx.x instead of the ticket gained 3; 147 segments of 7 packs (no spill; past the
+ *     quarter) lost 6-11. float32 fits only at half the device (256 segments): 59 against 62.5.
+ *     x is read once, but the tensor is two waves of such blocks, each waiting with no loads in
+ *     flight for its slab's slowest segment.
  */
 /* Block blockIdx.x of a two-pass slab kernel: segment seg of slab o, packs [begin, end). */
 struct slab_segment {
@@ -1158,96 +1145,6 @@ softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float 
         slab_load<U>(v, xs, p, nt, n);
         slab_store<LOG, U, T>(ys, p, nt, n, v, m, f);
     }
-}
-
-/*
- * Long slabs in one pass (softmax_axis_slab_grid): where a slab is too long for a cluster's
- * registers but the device holds several slabs' worth of blocks at once, as (8,32768,64) 16-bit,
- * the slab is cut into segments of nt * PACKS packs, one block each, every block keeping its
- * segment in registers as the one-pass kernel does; the blocks of a slab combine their columns'
- * pairs through global memory instead of distributed shared memory, as the row engine's split
- * kernel does (rows_split.cuh):
- *   1. a block's pairs (slab_allreduce within the block) go to its slots part[o][seg][column],
- *      one 64-bit word a column; the workspace starts as all ones, a word no store writes, so
- *      each word is its own flag (nd_split_store / nd_split_load);
- *   2. the block of segment c % nseg owns column c: one of its warps waits for and folds the
- *      column's words of every segment (lane l takes segments l, l + 32, ... in order, then a
- *      shuffle tree in lane order: nd_split_gather) and writes the slab's pair of the column
- *      to a last flag word, which every block of the slab waits for and reads; so every block
- *      gets the same bits whatever the timing, and a block reads inner words from L2, not
- *      nseg * inner;
- *   3. every block writes y from its registers.
- * So x is read once, as in the cluster kernel. A block takes its (slab, segment) from a ticket
- * when it starts, and the plan asks that a slab's segments fit in 1 / ND_AXIS_GRID_SHARE of the
- * blocks the device holds at once: the argument at rows_split.cuh's chunk kernel (the daemon's
- * streams included) then shows that every wait ends.
- */
-struct slab_grid_ws {
-    unsigned *ticket;        /* next (slab, segment), in the order blocks start */
-    unsigned long long *part; /* [outer][nseg + 1][inner] a segment's pair of a column, as one
-                                 word; row nseg: the slab's pair of the column */
-    int nseg, seg_packs;
-};
-
-template <typename T, int PACKS, bool LOG>
-__global__ void __launch_bounds__(slab_policy::max_threads, 1024 / slab_policy::max_threads)
-softmax_axis_slab_grid(const T *__restrict__ x, T *__restrict__ y, slab_geom g, slab_grid_ws ws)
-{
-    constexpr int VEC = 16 / (int)sizeof(T);
-    constexpr int K = op_online::K;
-    __shared__ __align__(16) float red[K * slab_policy::max_threads * (VEC + 1)];
-    __shared__ __align__(16) float col[K * slab_policy::max_q * VEC];
-    __shared__ unsigned ticket;
-    const int t = threadIdx.x, nt = blockDim.x;
-    if (t == 0)
-        ticket = ND_AXIS_GRID_TICKET ? atomicAdd(ws.ticket, 1u) + 1u : blockIdx.x; /* ~0 at first */
-    __syncthreads();
-    const int64_t o = ticket / (unsigned)ws.nseg;
-    const int seg = (int)(ticket % (unsigned)ws.nseg);
-    const int first = seg * ws.seg_packs + t, end = min(g.packs, (seg + 1) * ws.seg_packs);
-    /* the last segment may leave a thread no pack */
-    const int n = first < end ? min(PACKS, (end - first + nt - 1) / nt) : 0;
-    const int cp = t % g.q; /* seg_packs is a multiple of nt, nt of q */
-    const uint4 *xs = reinterpret_cast<const uint4 *>(x + o * g.slab);
-    uint4 *ys = reinterpret_cast<uint4 *>(y + o * g.slab);
-
-    nd_regrow<T, PACKS * VEC> v;
-    slab_load<PACKS>(v, xs, first, nt, n);
-    float ms[2][VEC];
-    float (&m)[VEC] = ms[0], (&s)[VEC] = ms[1];
-    slab_pairs<PACKS, true>(v, n, ms);
-    slab_fence(v);
-    slab_allreduce<VEC>(ms, red, col, col, g, cp, op_online()); /* g.cluster is 1: into col */
-
-    unsigned long long *part = ws.part + o * (ws.nseg + 1) * g.inner, *fin = part + ws.nseg * g.inner;
-    for (int c = t; c < g.inner; c += nt) {
-        const float p[K] = {col[c], col[g.inner + c]};
-        nd_split_store(part + seg * g.inner + c, nd_split_word<K>(p, 0));
-    }
-    /* column c's owner, the block of segment c % nseg: one warp a column folds the column's
-     * words of every segment in order and writes the slab's pair for it to fin */
-    const int warp = t / 32, warps = nt / 32;
-    for (int c = seg + warp * ws.nseg; c < g.inner; c += warps * ws.nseg) {
-        float p[K];
-        nd_split_gather<K, ND_AXIS_GRID_AHEAD>(p, op_online(), part + c, ws.nseg, g.inner);
-        if ((t & 31) == 0)
-            nd_split_store(fin + c, nd_split_word<K>(p, 0));
-    }
-    for (int c = t; c < g.inner; c += nt) {
-        unsigned long long w;
-        while ((w = nd_split_load(fin + c)) == ND_SPLIT_EMPTY) {
-        }
-        red[c] = __uint_as_float((unsigned)w); /* slab_allreduce's reads of red were before its
-                                                  last barrier (col may still be read) */
-        red[g.inner + c] = __uint_as_float((unsigned)(w >> 32));
-    }
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < VEC; j++) {
-        m[j] = red[cp * VEC + j];
-        s[j] = LOG ? logf(red[g.inner + cp * VEC + j]) : 1.0f / red[g.inner + cp * VEC + j];
-    }
-    slab_store<LOG, PACKS, T>(ys, first, nt, n, v, m, s);
 }
 
 /* ------------------------------------------------------------------------------------------- */
@@ -1585,85 +1482,6 @@ static cudaError_t launch_slab_split(const slab_geom &g, const slab_split &sp, i
     return ce != cudaSuccess ? ce : fe;
 }
 
-/* The one-pass grid path (softmax_axis_slab_grid) for PACKS packs a thread: launched, and *ran
- * set, when a slab's segments fit the device's share (ND_AXIS_GRID_SHARE); else nothing. */
-template <typename T, int PACKS>
-static cudaError_t launch_slab_grid_packs(const slab_geom &g, int nt, int64_t outer, const void *x,
-                                          void *y, int log, const nd_cuda_device_info *di,
-                                          cudaStream_t stream, bool *ran)
-{
-    auto kernel = log ? softmax_axis_slab_grid<T, PACKS, true> : softmax_axis_slab_grid<T, PACKS, false>;
-    const int seg_packs = nt * PACKS;
-    const int64_t nseg = cdiv(g.packs, seg_packs);
-    int per_sm = 0;
-    const void *fn = reinterpret_cast<const void *>(kernel);
-    if (!nd_cuda_occupancy_get(fn, di->device, nt, 1, 0, &per_sm)) {
-        cudaError_t ce = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, nt, 0);
-        if (ce != cudaSuccess)
-            return ce;
-        nd_cuda_occupancy_put(fn, di->device, nt, 1, 0, per_sm);
-    }
-    if (nseg * ND_AXIS_GRID_SHARE > (int64_t)per_sm * di->sm_count) /* see the kernel */
-        return cudaSuccess;
-    ND_PLAN("axis slab-grid packs=%d block=%d segments=%lld grid=%lld", PACKS, nt, (long long)nseg,
-            (long long)(outer * nseg));
-    const size_t bytes = 16 + (size_t)outer * (nseg + 1) * g.inner * 8; /* ticket, then part */
-    char *mem = NULL;
-    cudaError_t ce = cudaMallocAsync((void **)&mem, bytes, stream);
-    if (ce != cudaSuccess)
-        return ce;
-    slab_grid_ws ws;
-    ws.ticket = (unsigned *)mem;
-    ws.part = (unsigned long long *)(mem + 16);
-    ws.nseg = (int)nseg;
-    ws.seg_packs = seg_packs;
-    ce = cudaMemsetAsync(mem, 0xff, bytes, stream); /* ticket ~0, every word empty */
-    if (ce == cudaSuccess) {
-        kernel<<<(unsigned)(outer * nseg), nt, 0, stream>>>((const T *)x, (T *)y, g, ws);
-        ce = cudaGetLastError();
-    }
-    const cudaError_t fe = cudaFreeAsync(mem, stream);
-    if (ce == cudaSuccess && fe == cudaSuccess)
-        *ran = true;
-    return ce != cudaSuccess ? ce : fe;
-}
-
-/*
- * The grid path's packs a thread: the most, up to the one-pass kernel's max_packs, that still
- * give every SM a block, then more (up to 8) until a slab's segments fit the device's share.
- * *ran stays false where no count fits or the layout does not suit (the merge's lanes need
- * inner to divide the block).
- */
-template <typename T>
-static cudaError_t launch_slab_grid(const slab_geom &g, int nt, int64_t outer, const void *x,
-                                    void *y, int log, const nd_cuda_device_info *di,
-                                    cudaStream_t stream, bool *ran)
-{
-    *ran = false;
-    if (!ND_AXIS_SLAB_GRID || g.inner > nt || nt % g.inner != 0 ||
-        (int64_t)g.packs + nt * 8 > 0x7fffffff)
-        return cudaSuccess;
-    int p = slab_policy::min_packs;
-    for (int q = slab_policy::max_packs(sizeof(T)); q > slab_policy::min_packs; q--)
-        if (outer * cdiv(g.packs, (int64_t)nt * q) >= di->sm_count) {
-            p = q;
-            break;
-        }
-    if (outer * cdiv(g.packs, (int64_t)nt * slab_policy::min_packs) > 0x7fffffff)
-        return cudaSuccess;
-    cudaError_t ce = cudaSuccess;
-    for (; p <= 8 && !*ran && ce == cudaSuccess; p++) {
-        switch (p) {
-        case 4: ce = launch_slab_grid_packs<T, 4>(g, nt, outer, x, y, log, di, stream, ran); break;
-        case 5: ce = launch_slab_grid_packs<T, 5>(g, nt, outer, x, y, log, di, stream, ran); break;
-        case 6: ce = launch_slab_grid_packs<T, 6>(g, nt, outer, x, y, log, di, stream, ran); break;
-        case 7: ce = launch_slab_grid_packs<T, 7>(g, nt, outer, x, y, log, di, stream, ran); break;
-        default: ce = launch_slab_grid_packs<T, 8>(g, nt, outer, x, y, log, di, stream, ran); break;
-        }
-    }
-    return ce;
-}
-
 template <typename T, int PACKS>
 static cudaError_t launch_slab_packs(const slab_geom &g, int threads, int64_t outer, const void *x,
                                      void *y, int log, cudaStream_t stream)
@@ -1720,10 +1538,8 @@ static cudaError_t launch_typed(const axis_plan &pl, const void *x, void *y, int
 }
 
 /* One call's launch: the slab plan where it applies, else the column plan. */
-static cudaError_t launch_axis(const nd_softmax_args *a, int log, const nd_cuda_device_info *di,
-                               cudaStream_t stream)
+static cudaError_t launch_axis(const nd_softmax_args *a, int log, int sms, cudaStream_t stream)
 {
-    const int sms = di->sm_count;
     const size_t es = nd_dtype_size(a->dtype);
     slab_geom sg;
     int threads = 0, packs = 0;
@@ -1738,21 +1554,6 @@ static cudaError_t launch_axis(const nd_softmax_args *a, int log, const nd_cuda_
         }
     }
     axis_plan pl = plan_axis(a, es, sms);
-    int nt = 0;
-    if (pl.rows == 0 && (nt = slab_layout(a, es, 0, &sg)) != 0) {
-        /* the column plan would read x twice: the slab's segments in one pass where they fit */
-        bool ran = false;
-        cudaError_t ce;
-        switch (a->dtype) {
-        case ND_FLOAT16: ce = launch_slab_grid<__half>(sg, nt, a->outer, a->x, a->y, log, di, stream, &ran); break;
-        case ND_BFLOAT16:
-            ce = launch_slab_grid<__nv_bfloat16>(sg, nt, a->outer, a->x, a->y, log, di, stream, &ran);
-            break;
-        default: ce = launch_slab_grid<float>(sg, nt, a->outer, a->x, a->y, log, di, stream, &ran); break;
-        }
-        if (ce != cudaSuccess || ran)
-            return ce;
-    }
     slab_split sp;
     if (pl.rows == 0 && ND_AXIS_SLAB_SPLIT && plan_slab_split(a, es, sms, &sg, &sp)) {
         /* the column plan would read x twice too: the slab layout's segments do it faster */
@@ -1787,7 +1588,7 @@ nd_status nd_cuda_softmax_axis(const nd_softmax_args *a, int log, cudaStream_t s
     st = nd_cuda_device_info_get(&di, err);
     if (st != ND_OK)
         return st;
-    cudaError_t ce = launch_axis(a, log, di, stream);
+    cudaError_t ce = launch_axis(a, log, di->sm_count, stream);
     if (ce == cudaSuccess)
         ce = cudaGetLastError();
     if (ce != cudaSuccess)
