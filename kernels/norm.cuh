@@ -43,6 +43,8 @@ struct nd_norm_policy {
      * -> 96.3 (softmax's float32 rows gained 1-2 points at 262144 and 1048576 columns); 16-bit
      * RMSNorm lost 0 to 1.4 (bench/results/rows_split_h100.txt). */
     static constexpr int split_threads(int elem_bytes) { return elem_bytes == 4 ? 256 : 512; }
+    /* the split kernel's L2 prefetch, eighths of a device-full of blocks ahead (rows_split.cuh) */
+    static constexpr int split_pf_ahead8 = 4;
     static constexpr int kClusterMax = 16;
     static constexpr int kStreamThreads = 512;
 };

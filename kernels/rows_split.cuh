@@ -107,6 +107,28 @@
 #define ND_ROWS_SPLIT_PIPE16_MIN_REGS 80
 #endif
 
+/* 1: in rows of ND_ROWS_SPLIT_PF_MIN_CHUNKS chunks or more, a chunk block, once it has published
+ * its first statistics and before it waits for its row's other chunks, asks L2 for the chunk of
+ * the ticket ND_ROWS_SPLIT_PF_AHEAD8 / 8 of a device-full of blocks later (a chunk that a block
+ * starting a little after this one ends will read): one cp.async.bulk.prefetch.L2, so the DRAM
+ * has work while blocks wait with no loads of their own in flight. 0: never. H200, three
+ * alternating rounds (bench/results/rows_split_pf.txt), rows of 16-128 chunks: 128x1048576
+ * +1.7 to +3.8 points of the copy ceiling (float32 RMSNorm 0), 512x262144 16-bit LayerNorm
+ * +1.4 / +1.7, float32 softmax / log_softmax +2.7, the others within 0.5 (half a device-full
+ * ahead). A device-full ahead: 16-bit softmax / log_softmax 128x1048576 2-3 higher still,
+ * LayerNorm and RMSNorm 1-3.5 lower; so the op's policy names it (split_pf_ahead8).
+ * In rows of 2-8 chunks it lost 1-4 points (16-bit 2048x65536), and its code carried in the
+ * kernel that does not prefetch cost those 0.5-1.6: so it is a kernel of its own. */
+#ifndef ND_ROWS_SPLIT_PF
+#define ND_ROWS_SPLIT_PF 1
+#endif
+#ifndef ND_ROWS_SPLIT_PF_AHEAD8 /* 0: the op policy's split_pf_ahead8 */
+#define ND_ROWS_SPLIT_PF_AHEAD8 0
+#endif
+#ifndef ND_ROWS_SPLIT_PF_MIN_CHUNKS
+#define ND_ROWS_SPLIT_PF_MIN_CHUNKS 16
+#endif
+
 /* The share of the device one launch may need resident at once: a row's chunks must fit in
  * 1 / ND_ROWS_SPLIT_SHARE of the blocks the device holds (see the deadlock argument at the
  * kernel; 4 = the daemon's default number of streams per device). */
@@ -229,6 +251,9 @@ template <int VEC, int PACKS, int THREADS> struct nd_split_ctx : nd_group_row<VE
     nd_split_ws ws;
     int *round;
     nd_split_smem *smem;
+    const char *pf;    /* ND_ROWS_SPLIT_PF: bytes [pf, pf + pf_bytes) of x to ask L2 for once this
+                          block has published its first slot (thread 0; pf_bytes 0: none) */
+    unsigned pf_bytes;
     /* block all-reduce; thread 0 publishes the block's slot; warp 0 waits for the row's slots
      * and combines them; the result reaches the block through shared memory */
     template <int K, class O> __device__ __forceinline__ void allreduce(float (&v)[K], O op) const
@@ -248,6 +273,11 @@ template <int VEC, int PACKS, int THREADS> struct nd_split_ctx : nd_group_row<VE
                 nd_split_store2(mine, nd_split_word<K>(v, 0), nd_split_word<K>(v, 1));
             else
                 nd_split_store(mine, nd_split_word<K>(v, 0));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            if (ND_ROWS_SPLIT_PF && r == 0 && pf_bytes != 0)
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pf), "r"(pf_bytes)
+                             : "memory");
+#endif
         }
         if (threadIdx.x < 32) {
             nd_split_gather<K>(v, op, slots, ws.chunks);
@@ -300,7 +330,7 @@ template <class Op, class T, int PACKS, int THREADS> struct nd_split_bounds {
                                  (sizeof(T) == 2 && regs >= ND_ROWS_SPLIT_PIPE16_MIN_REGS);
 };
 
-template <class Op, class T, int VEC, int PACKS, int THREADS>
+template <class Op, class T, int VEC, int PACKS, int THREADS, int PF8>
 __global__ void __launch_bounds__(THREADS, (nd_split_bounds<Op, T, PACKS, THREADS>::min_blocks))
 nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
 {
@@ -320,6 +350,28 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
     ctx.ws = ws;
     ctx.round = &round;
     ctx.smem = &smem;
+    ctx.pf_bytes = 0;
+    if (PF8 > 0) {
+        /* the chunk of the ticket PF8 / 8 of a device-full of blocks ahead, a pack wider on each side (its row may sit off the 16-byte grid), on the grid
+         * and inside x; a device-full from the SM count and the launch bounds' blocks an SM */
+        unsigned nsm;
+        asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
+        const unsigned ahead = nsm * nd_split_bounds<Op, T, PACKS, THREADS>::min_blocks * PF8 / 8;
+        const unsigned t2 = ticket + (ahead > 1 ? ahead : 1);
+        const int64_t total = a.rows * a.cols;
+        if (t2 > ticket && t2 < (unsigned)(a.rows * ws.chunks)) {
+            const int64_t row2 = t2 / (unsigned)ws.chunks, c2 = t2 % (unsigned)ws.chunks;
+            int64_t b = row2 * a.cols + c2 * (THREADS * PACKS * VEC) - VEC;
+            int64_t e = row2 * a.cols + (c2 + 1) * (THREADS * PACKS * VEC) + VEC;
+            b = b < row2 * a.cols ? row2 * a.cols : b;
+            e = e > (row2 + 1) * a.cols ? (row2 + 1) * a.cols : e;
+            e = e > total ? total : e;
+            const uintptr_t lo = (uintptr_t)(a.x + b) & ~(uintptr_t)15;
+            const uintptr_t hi = ((uintptr_t)(a.x + e) + 15) & ~(uintptr_t)15; /* same 16 bytes */
+            ctx.pf = reinterpret_cast<const char *>(lo);
+            ctx.pf_bytes = (unsigned)(hi - lo);
+        }
+    }
     const T *xrow = a.x + (int64_t)ctx.row * a.cols;
     ctx.h = nd_grid_offset<T, VEC>(xrow);
     constexpr bool X0_LATE = ND_ROWS_X0_LATE && sizeof(T) == 2;
@@ -391,7 +443,13 @@ static nd_status nd_rows_split_try(const nd_rows_args<T> &a, const typename Op::
         return ND_OK;
     if (ND_ROWS_SPLIT == 1 && chunks < ND_ROWS_SPLIT_MIN_CHUNKS)
         return ND_OK;
-    auto kernel = nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS>;
+    /* the prefetching kernel is a kernel of its own: its code in the other cost 16-bit rows of
+     * 2-8 chunks 0.5-1.6 points (H200, bench/results/rows_split_pf.txt) */
+    const bool pf = ND_ROWS_SPLIT_PF && chunks >= ND_ROWS_SPLIT_PF_MIN_CHUNKS;
+    constexpr int PF8 = ND_ROWS_SPLIT_PF_AHEAD8 ? ND_ROWS_SPLIT_PF_AHEAD8 : Pol::split_pf_ahead8;
+    static_assert(PF8 > 0, "a prefetch ahead of the block's own chunk");
+    auto kernel = pf ? nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, PF8>
+                     : nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, 0>;
     int per_sm = 0;
     nd_status st = nd_cuda_blocks_per_sm(kernel, di->device, THREADS, 0, &per_sm, err);
     if (st != ND_OK)
