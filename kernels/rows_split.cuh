@@ -113,7 +113,7 @@
  * starting a little after this one ends will read): one cp.async.bulk.prefetch.L2, so the DRAM
  * has work while blocks wait with no loads of their own in flight. 0: never. H200, three
  * alternating rounds (bench/results/rows_split_pf.txt), rows of 16-128 chunks: 128x1048576
- * +1.7 to +3.8 points of the copy ceiling (float32 RMSNorm 0), 512x262144 16-bit LayerNorm
+ * +1.6 to +3.8 points of the copy ceiling (float32 RMSNorm 0), 512x262144 16-bit LayerNorm
  * +1.4 / +1.7, float32 softmax / log_softmax +2.7, the others within 0.5 (half a device-full
  * ahead). A device-full ahead: 16-bit softmax / log_softmax 128x1048576 2-3 higher still,
  * LayerNorm and RMSNorm 1-3.5 lower; so the op's policy names it (split_pf_ahead8).

@@ -1019,7 +1019,7 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
  *     pairs (64 KB from L2 a block) 48-50; column owners (the block of segment c % nseg folds
  *     column c in one warp from flag words and writes a last flag word) 57-59. Blocks from
  *     blockIdx.x instead of the ticket gained 3; 147 segments of 7 packs (no spill; past the
- *     quarter) lost 6-11. float32 fits only at half the device (256 segments): 59 against 62.5.
+ *     quarter) lost 4-9. float32 fits only at half the device (256 segments): 59 against 62.5.
  *     x is read once, but the tensor is two waves of such blocks, each waiting with no loads in
  *     flight for its slab's slowest segment.
  */
