@@ -352,8 +352,9 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
     ctx.smem = &smem;
     ctx.pf_bytes = 0;
     if (PF8 > 0) {
-        /* the chunk of the ticket PF8 / 8 of a device-full of blocks ahead, a pack wider on each side (its row may sit off the 16-byte grid), on the grid
-         * and inside x; a device-full from the SM count and the launch bounds' blocks an SM */
+        /* the chunk of the ticket PF8 / 8 of a device-full of blocks ahead (a device-full: the
+         * SM count times the launch bounds' blocks an SM), a pack wider on each side (its row
+         * may sit off the 16-byte grid), on the grid and inside x */
         unsigned nsm;
         asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
         const unsigned ahead = nsm * nd_split_bounds<Op, T, PACKS, THREADS>::min_blocks * PF8 / 8;

@@ -83,8 +83,8 @@ template <bool LOG> struct nd_softmax_policy {
      * 2048x65536 unchanged; 16-bit within -1 to +1 (bench/results/rows_split_h100.txt). */
     static constexpr int split_threads(int elem_bytes) { return elem_bytes == 4 ? 256 : 512; }
     /* the split kernel's L2 prefetch, eighths of a device-full of blocks ahead (rows_split.cuh):
-     * H200, 16-bit 128x1048576 2-3 points higher than at half a device-full, where the norms
-     * lost 2-3 */
+     * H200, 16-bit 128x1048576 2-3 points higher than at half a device-full, where LayerNorm
+     * and RMSNorm lost 1-3.5 */
     static constexpr int split_pf_ahead8 = 8;
     static constexpr int kClusterMax = 16;
     static constexpr int kStreamThreads = 512;
