@@ -47,6 +47,8 @@ struct nd_norm_policy {
     static constexpr int split_pf_ahead8 = 4;
     static constexpr int kClusterMax = 16;
     static constexpr int kStreamThreads = 512;
+    /* the warp kernel everywhere (RMSNorm): see nd_layernorm_policy::tile_tiles */
+    static constexpr int tile_tiles(int, int, int) { return 0; }
 };
 
 /* The policy an op runs with: Op::Policy where it names one, else nd_norm_policy. */

@@ -77,6 +77,16 @@ template <bool LOG> struct nd_softmax_policy {
      * 1536-2048 within +-1 (the norms lost up to 3 points this way and keep 128) */
     static constexpr int kBlockMin = 64;
     static constexpr int kBlockMax = 512;
+    /* The tile kernel (rows_tile.cuh, 2 tiles a block) for 16-bit rows in groups of 4 lanes x 4
+     * packs (72-128 columns) and float32 rows in groups of 8 x 2 (33-64). H200, two alternating
+     * rounds against the warp kernel, % of the copy ceiling, float16 / bfloat16 128 columns:
+     * softmax 92.3 / 91.9 -> 95.0 / 94.8, log_softmax 86.7 / 85.7 -> 96.3 / 95.7; float32 64:
+     * softmax 87.2 -> 95.2, log_softmax 89.5 -> 95.5. The other widths measured lost 2-15 points
+     * with an earlier form of the kernel (bench/results/rows_tile_h200.txt). */
+    static constexpr int tile_tiles(int elem_bytes, int w, int packs)
+    {
+        return (elem_bytes == 2 && w == 4 && packs == 4) || (elem_bytes == 4 && w == 8 && packs == 2) ? 2 : 0;
+    }
     /* Threads of a split kernel's chunk block (rows_split.cuh): 256 for float32, 512 for 16-bit.
      * H100, three alternating rounds, 512 -> 256, % of the copy ceiling: float32 softmax /
      * log_softmax 128x1048576 83.2 / 83.7 -> 85.0 / 85.4, 512x262144 92.3 / 92.4 -> 93.4 / 93.8,

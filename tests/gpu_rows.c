@@ -229,6 +229,30 @@ static void run_op_dtype(nd_op op, nd_dtype dt, uint64_t seed)
     }
 }
 
+/* The tile kernel (rows_tile.cuh) takes rows the warp kernel covers when x and y sit on the
+ * 16-byte grid with whole packs a row, which the lists above have only a few rows of. Here: many
+ * tiles a call, so blocks take several tiles through their buffers and the last tile is partial
+ * (row counts prime), at every group width; each case once with parameters and statistics, once
+ * without, once with a mean of 1e4. */
+static const int64_t tile_shapes[][2] = {
+    {10007, 8}, {8191, 16}, {4099, 32}, {3001, 64}, {2053, 128}, {2053, 256},
+    {1031, 512}, {1031, 768}, {517, 1024}, {263, 2048},
+};
+
+static void run_tile_cases(nd_op op, nd_dtype dt, uint64_t seed)
+{
+    uint64_t rng = seed;
+    for (size_t i = 0; i < sizeof tile_shapes / sizeof tile_shapes[0]; i++) {
+        for (int v = 0; v < 3; v++) {
+            rcase c = {op, dt, tile_shapes[i][0], tile_shapes[i][1], 0, 0, v == 0, v == 0,
+                       v == 2 ? 1e4 : 0.0, 1.0};
+            if (op == ND_OP_SOFTMAX || op == ND_OP_LOG_SOFTMAX)
+                c.std = 3.0;
+            run_case(&c, &rng);
+        }
+    }
+}
+
 #define OP_DTYPE_TEST(name, op, dt, seed)                                                          \
     Test(gpu_rows, name)                                                                           \
     {                                                                                              \
@@ -248,6 +272,16 @@ OP_DTYPE_TEST(softmax_bf16, ND_OP_SOFTMAX, ND_BFLOAT16, 0x3003)
 OP_DTYPE_TEST(log_softmax_f32, ND_OP_LOG_SOFTMAX, ND_FLOAT32, 0x4001)
 OP_DTYPE_TEST(log_softmax_f16, ND_OP_LOG_SOFTMAX, ND_FLOAT16, 0x4002)
 OP_DTYPE_TEST(log_softmax_bf16, ND_OP_LOG_SOFTMAX, ND_BFLOAT16, 0x4003)
+
+Test(gpu_rows, tile_kernel_many_rows)
+{
+    need_device();
+    static const nd_op ops[] = {ND_OP_LAYERNORM, ND_OP_RMSNORM, ND_OP_SOFTMAX, ND_OP_LOG_SOFTMAX};
+    static const nd_dtype dts[] = {ND_FLOAT32, ND_FLOAT16, ND_BFLOAT16};
+    for (int o = 0; o < 4; o++)
+        for (int d = 0; d < 3; d++)
+            run_tile_cases(ops[o], dts[d], 0x5000 + 16 * (uint64_t)o + (uint64_t)d);
+}
 
 /* ---------------------------------------------------------------------------------------------
  * Ulp accuracy of LayerNorm and RMSNorm (issue 13). The shared rule (nd_close) lets a 16-bit
@@ -671,7 +705,8 @@ Test(gpu_rows, plan_trace_names_the_pick)
     static const struct {
         int64_t rows, cols;
         const char *kind;
-    } cases[] = {{64, 128, "warp W="}, {64, 4096, "block "}, {4, 1 << 20, "split "}};
+    } cases[] = {{64, 128, "tile W="}, {64, 127, "warp W="}, {64, 4096, "block "},
+                 {4, 1 << 20, "split "}};
     const size_t es = 2;
     void *x = NULL, *y = NULL;
     CUDA_OK(cudaMalloc(&x, (size_t)4 << 21));
