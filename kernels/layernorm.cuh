@@ -126,15 +126,19 @@ struct nd_layernorm_policy : nd_norm_policy {
      * 512x262144 77.3 / 77.1 -> 84.1 / 84.2, 128x1048576 74.5 / 73.1 -> 79.9 / 80.5; float32
      * within 0.3 (bench/results/rows_split_h100.txt). */
     static constexpr int split_threads(int) { return 256; }
-    /* The tile kernel (rows_tile.cuh, 2 tiles a block) for 16-bit rows in groups of 16 lanes x 4
-     * packs (264-512 columns) and 32 x 4 (776-1024). H200, two alternating rounds against the
-     * warp kernel, float16 / bfloat16 % of the copy ceiling: 512 columns 84.1 / 84.1 -> 92.1 /
-     * 91.3, 1024 84.4 / 84.8 -> 95.1 / 94.8. At 128 columns (8 x 2, 4 tiles a block) it measured
-     * 76.1 / 76.3 against 76.1 / 76.4; 64, 256 and 2048 columns lost 2.5-5.5 points with an
-     * earlier form of the kernel and float32 up to 12 (bench/results/rows_tile_h200.txt). */
+    /* The tile kernel (rows_tile.cuh, 2 tiles a block) for 16-bit rows in groups of w lanes x
+     * packs packs of 4 x 2, 8 x 4, 16 x 4, 32 x 3 and 32 x 4 (the geometries of 64, 256, 512, 768
+     * and 1024 columns). H200, two alternating rounds against the warp kernel, float16 / bfloat16
+     * % of the copy ceiling: 64 columns 81.0 / 79.5 -> 83.1 / 81.8, 256 81.4 / 81.3 -> 86.2 /
+     * 84.3, 512 84.1 / 83.9 -> 92.0 / 91.0, 768 87.9 / 88.8 -> 93.8 / 93.2, 1024 84.5 / 84.8 ->
+     * 94.9 / 94.3. 128 columns (8 x 2) within 1.7, 32, 1536 and 2048 lost 2.5-10, and float32
+     * rows lost up to 14 or were within 0.5 (bench/results/rows_tile_h200.txt). */
     static constexpr int tile_tiles(int elem_bytes, int w, int packs)
     {
-        return elem_bytes == 2 && (w == 16 || w == 32) && packs == 4 ? 2 : 0;
+        return elem_bytes == 2 && ((w == 4 && packs == 2) || (w == 8 && packs == 4) ||
+                                   (w == 16 && packs == 4) || (w == 32 && (packs == 3 || packs == 4)))
+                   ? 2
+                   : 0;
     }
     /* Tried after (H100, three alternating rounds, bench/results/rows_hold_h100.txt), none kept:
      *   16-bit rows of 32-63 packs at 2 packs a lane too (256 columns: 16 lanes, parameters
