@@ -230,10 +230,10 @@ static void run_op_dtype(nd_op op, nd_dtype dt, uint64_t seed)
 }
 
 /* The tile kernel (rows_tile.cuh) takes rows the warp kernel covers when x and y sit on the
- * 16-byte grid with whole packs a row, which the lists above have only a few rows of. Here: many
- * tiles a call, so blocks take several tiles through their buffers and the last tile is partial
- * (row counts prime), at every group width; each case once with parameters and statistics, once
- * without, once with a mean of 1e4. */
+ * 16-byte grid with whole packs a row (for the geometries its op's policy names), which the
+ * lists above have only a few rows of. Here: many tiles a call, so blocks take several tiles and
+ * the last tile is partial (row counts prime), at every group width; each case once with
+ * parameters and statistics, once without, once with a mean of 1e4. */
 static const int64_t tile_shapes[][2] = {
     {10007, 8}, {8191, 16}, {4099, 32}, {3001, 64}, {2053, 128}, {2053, 256},
     {1031, 512}, {1031, 768}, {517, 1024}, {263, 2048},
