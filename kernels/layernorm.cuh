@@ -135,10 +135,9 @@ struct nd_layernorm_policy : nd_norm_policy {
      * rows lost up to 14 or were within 0.5 (bench/results/rows_tile_h200.txt). */
     static constexpr int tile_tiles(int elem_bytes, int w, int packs)
     {
-        return elem_bytes == 2 && ((w == 4 && packs == 2) || (w == 8 && packs == 4) ||
-                                   (w == 16 && packs == 4) || (w == 32 && (packs == 3 || packs == 4)))
-                   ? 2
-                   : 0;
+        const bool g = (w == 4 && packs == 2) || (w == 8 && packs == 4) || (w == 16 && packs == 4) ||
+                       (w == 32 && (packs == 3 || packs == 4));
+        return elem_bytes == 2 && g ? 2 : 0;
     }
     /* Tried after (H100, three alternating rounds, bench/results/rows_hold_h100.txt), none kept:
      *   16-bit rows of 32-63 packs at 2 packs a lane too (256 columns: 16 lanes, parameters

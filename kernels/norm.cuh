@@ -47,15 +47,9 @@ struct nd_norm_policy {
     static constexpr int split_pf_ahead8 = 4;
     static constexpr int kClusterMax = 16;
     static constexpr int kStreamThreads = 512;
-    /* RMSNorm's tile kernel (rows_tile.cuh, 2 tiles a block): 16-bit rows in groups of 4 lanes
-     * x 2 packs (the geometry of 64 columns). H200, two alternating rounds against the warp
-     * kernel, float16 / bfloat16 % of the copy ceiling: 94.2 / 94.3 -> 97.5 / 97.9; at every
-     * other width of 32-2048 columns and in float32 it lost up to 14 points or was within 1
-     * (bench/results/rows_tile_h200.txt). */
-    static constexpr int tile_tiles(int elem_bytes, int w, int packs)
-    {
-        return elem_bytes == 2 && w == 4 && packs == 2 ? 2 : 0;
-    }
+    /* the warp kernel everywhere; LayerNorm and RMSNorm name their tile kernel geometries in
+     * their own policies (rows_tile.cuh) */
+    static constexpr int tile_tiles(int, int, int) { return 0; }
 };
 
 /* The policy an op runs with: Op::Policy where it names one, else nd_norm_policy. */

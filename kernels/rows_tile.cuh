@@ -12,9 +12,9 @@
  * once, as a few tiles, and the block's lanes start on the first tile while the others travel.
  * Which geometries take it is measured, per op (the policies' tile_tiles; the numbers are there
  * and in bench/results/rows_tile_h200.txt): LayerNorm's 16-bit rows of the geometries of 64,
- * 256, 512, 768 and 1024 columns, RMSNorm's of 64, softmax's and log_softmax's 16-bit rows of
- * 72-128 and float32 rows of 33-64 columns. Elsewhere it measured no faster than the warp
- * kernel, or slower.
+ * 256, 512, 768 and 1024 columns, RMSNorm's of 64 and 128, softmax's and log_softmax's 16-bit
+ * rows of 72-128 and float32 rows of 33-64 columns. Elsewhere it measured no faster than the
+ * warp kernel, or slower.
  *
  * How. A tile is ND_ROWS_TILE_BLOCK / 32 warps x 32 / W groups = one row per group of the block:
  * tile_rows consecutive rows, so one contiguous run of bytes (the path needs x and y on the
@@ -234,8 +234,9 @@ nd_rows_tile_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_tile_geom tg)
             const nd_row_out ro = nd_row_out_make<T, VEC>(a, yrow, 0);
 #pragma unroll
             for (int i = 0; i < PACKS; i++)
-                nd_row_emit<Op, T, VEC, false, int>(a, prm, st[0], yrow, (i * W + gl) * VEC, ctx.cols,
-                                                    ro, [&](int j) { return v[0].get(i * VEC + j); });
+                nd_row_emit<Op, T, VEC, false, int>(a, prm, st[0], yrow, (i * W + gl) * VEC,
+                                                    ctx.cols, ro,
+                                                    [&](int j) { return v[0].get(i * VEC + j); });
         }
     }
 #endif

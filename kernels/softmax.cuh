@@ -85,7 +85,9 @@ template <bool LOG> struct nd_softmax_policy {
      * with an earlier form of the kernel (bench/results/rows_tile_h200.txt). */
     static constexpr int tile_tiles(int elem_bytes, int w, int packs)
     {
-        return (elem_bytes == 2 && w == 4 && packs == 4) || (elem_bytes == 4 && w == 8 && packs == 2) ? 2 : 0;
+        return (elem_bytes == 2 && w == 4 && packs == 4) || (elem_bytes == 4 && w == 8 && packs == 2)
+                   ? 2
+                   : 0;
     }
     /* Threads of a split kernel's chunk block (rows_split.cuh): 256 for float32, 512 for 16-bit.
      * H100, three alternating rounds, 512 -> 256, % of the copy ceiling: float32 softmax /
