@@ -127,17 +127,20 @@ struct nd_layernorm_policy : nd_norm_policy {
      * within 0.3 (bench/results/rows_split_h100.txt). */
     static constexpr int split_threads(int) { return 256; }
     /* The tile kernel (rows_tile.cuh, 2 tiles a block) for 16-bit rows in groups of w lanes x
-     * packs packs of 4 x 2, 8 x 4, 16 x 4, 32 x 3 and 32 x 4 (the geometries of 64, 256, 512, 768
-     * and 1024 columns). H200, two alternating rounds against the warp kernel, float16 / bfloat16
-     * % of the copy ceiling: 64 columns 81.0 / 79.5 -> 83.1 / 81.8, 256 81.4 / 81.3 -> 86.2 /
-     * 84.3, 512 84.1 / 83.9 -> 92.0 / 91.0, 768 87.9 / 88.8 -> 93.8 / 93.2, 1024 84.5 / 84.8 ->
-     * 94.9 / 94.3. 128 columns (8 x 2) within 1.7, 32, 1536 and 2048 lost 2.5-10, and float32
-     * rows lost up to 14 or were within 0.5 (bench/results/rows_tile_h200.txt). */
-    static constexpr int tile_tiles(int elem_bytes, int w, int packs)
+     * packs packs of 4 x 2 (the geometry of 64 columns) on every device, and on a fast one (an
+     * H200) also 8 x 4, 16 x 4, 32 x 3 and 32 x 4 (256, 512, 768 and 1024 columns). Against the
+     * warp kernel, two alternating rounds, float16 / bfloat16 % of the copy ceiling:
+     *   H200: 64 columns 81.5 / 80.6 -> 83.1 / 83.1, 256 81.5 / 81.2 -> 86.5 / 84.9, 512 83.8 /
+     *   83.7 -> 92.2 / 91.3, 768 87.8 / 88.5 -> 94.1 / 93.2, 1024 84.1 / 84.9 -> 95.1 / 94.9;
+     *   H100: 64 89.7 / 88.7 -> 96.3 / 95.8; 256-1024 lost 0.5-2.5 (768: 99.0 / 99.1 -> 96.8 /
+     *   96.6).
+     * On the H200 128 columns (8 x 2) measured within 1.7, 32, 1536 and 2048 lost 2.5-10, and
+     * float32 rows lost up to 14 or were within 0.5 (bench/results/rows_tile_h200.txt). */
+    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast)
     {
-        const bool g = (w == 4 && packs == 2) || (w == 8 && packs == 4) || (w == 16 && packs == 4) ||
+        const bool g = (w == 8 && packs == 4) || (w == 16 && packs == 4) ||
                        (w == 32 && (packs == 3 || packs == 4));
-        return elem_bytes == 2 && g ? 2 : 0;
+        return elem_bytes == 2 && ((w == 4 && packs == 2) || (fast && g)) ? 2 : 0;
     }
     /* Tried after (H100, three alternating rounds, bench/results/rows_hold_h100.txt), none kept:
      *   16-bit rows of 32-63 packs at 2 packs a lane too (256 columns: 16 lanes, parameters

@@ -49,7 +49,7 @@ struct nd_norm_policy {
     static constexpr int kStreamThreads = 512;
     /* the warp kernel everywhere; LayerNorm and RMSNorm name their tile kernel geometries in
      * their own policies (rows_tile.cuh) */
-    static constexpr int tile_tiles(int, int, int) { return 0; }
+    static constexpr int tile_tiles(int, int, int, bool) { return 0; }
 };
 
 /* The policy an op runs with: Op::Policy where it names one, else nd_norm_policy. */

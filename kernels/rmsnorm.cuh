@@ -17,20 +17,22 @@
 
 /* RMSNorm's policy: nd_norm_policy's, with 16-bit rows of 16-31 packs (128-248 columns) at
  * kSubPacks (4) packs a lane in 4-8 lanes rather than 2 in 8-16, and the tile kernel
- * (rows_tile.cuh, 2 tiles a block) for 16-bit rows in groups of 4 lanes x 2 packs and 4 x 4 (the
- * geometries of 64 and 128 columns). H200, against the warp kernel: 64 columns (two alternating
- * rounds) float16 / bfloat16 94.2 / 94.3 -> 97.5 / 97.9% of the copy ceiling; 128 columns
- * (three) 88.5 / 83.5 -> 98.1 / 98.3, where 4 x 4 lanes in the warp kernel measured 87.0 /
- * 87.2. Every other width of 32-2048 columns through the tile kernel, and float32, lost up to 14
- * points or was within 1 (bench/results/rows_tile_h200.txt). */
+ * (rows_tile.cuh, 2 tiles a block) for 16-bit rows in groups of 4 lanes x 4 packs (the geometry of
+ * 128 columns) on every device and of 4 x 2 (64 columns) on a fast one (an H200). Against the
+ * warp kernel, float16 / bfloat16 % of the copy ceiling: 128 columns, H200 (three alternating
+ * rounds) 88.5 / 83.5 -> 98.1 / 98.3, where 4 x 4 lanes in the warp kernel measured 87.0 / 87.2;
+ * H100 (two) 94.5 / 94.9 -> 105.4 / 104.4 against 4 x 4 in the warp kernel. 64 columns: H200
+ * 95.4 / 95.1 -> 97.2 / 97.5, H100 99.1 / 99.0 -> 96.7 / 96.8. Every other width of 32-2048
+ * columns through the tile kernel, and float32, lost up to 14 points or was within 1 on the H200
+ * (bench/results/rows_tile_h200.txt). */
 struct nd_rmsnorm_policy : nd_norm_policy {
     static constexpr int sub_full(int elem_bytes)
     {
         return elem_bytes == 2 ? ND_RMS_SUB_FULL16 : 8 * kSubPacks;
     }
-    static constexpr int tile_tiles(int elem_bytes, int w, int packs)
+    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast)
     {
-        return elem_bytes == 2 && w == 4 && (packs == 2 || packs == 4) ? 2 : 0;
+        return elem_bytes == 2 && w == 4 && (packs == 4 || (fast && packs == 2)) ? 2 : 0;
     }
 };
 

@@ -973,8 +973,9 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
  *   split_threads(element bytes)  threads of the split kernel's chunk blocks (8 packs each)
  *   kClusterMax    largest cluster (<= 16)
  *   kStreamThreads block size of the stream kernel
- *   tile_tiles(element bytes, w, packs)  tiles a block of the tile kernel takes for the warp
- *                  kernel's groups of w lanes x packs packs (rows_tile.cuh); 0: the warp kernel
+ *   tile_tiles(element bytes, w, packs, fast)  tiles a block of the tile kernel takes for the
+ *                  warp kernel's groups of w lanes x packs packs (rows_tile.cuh) on a device of
+ *                  ND_ROWS_TILE_FAST_GBPS or more (fast) or less; 0: the warp kernel
  * Choice by P, the most 16-byte packs any row spans:
  *   P <= 16 * kSubPacks          warp kernel, W = P / SP rounded up to a power of two lanes per
  *                                row, SP = kSubPacks packs per lane (kSubPacks / 2 below
@@ -984,7 +985,7 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
  *                                to +12, but -15 to -33 where it left a lane alone on a row
  *   P <= 32 * PM                 warp kernel, a full warp per row, ceil(P / 32) packs per lane
  *                                (both warp branches: the tile kernel, same W and packs, where
- *                                the policy's tile_tiles(element bytes, W, packs) > 0 and
+ *                                the policy's tile_tiles(element bytes, W, packs, fast) > 0 and
  *                                nd_rows_tile_ok: x, y on the 16-byte grid, whole packs a row)
  *   P <= kBlockMax * PM          block kernel, the smallest block that holds the row
  *   P > kBlockMax * PM           split kernel (rows_split.cuh): chunk blocks of split_threads
@@ -1015,6 +1016,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
     const int64_t cap_block = (int64_t)Pol::kBlockMax * PM;
     const int max_cluster = di->cluster_launch ? Pol::kClusterMax : 1;
     const bool tile = nd_rows_tile_ok(a, di); /* the warp kernel's rows, x through the copy engine */
+    const bool fast = di->mem_gbps >= ND_ROWS_TILE_FAST_GBPS; /* the policies' routes by device */
 
     /* Every nd_rows_pick below starts at the least its branch is given (the branches before it
      * take the smaller rows, as noted at each): a lower start would only compile kernels that no
@@ -1033,10 +1035,9 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                 constexpr int PACKS = decltype(pk)::value;
                 constexpr int RW = Pol::rows_in_flight(W, PACKS);
                 constexpr int R = PACKS >= RW ? 1 : RW / PACKS;
-                constexpr int TILES = nd_rows_tiles<Pol>((int)sizeof(T), W, PACKS);
-                if constexpr (TILES > 0)
-                    if (tile)
-                        return nd_rows_tile_run<Op, T, VEC, PACKS, W, TILES>(a, prm, di, s, name, err);
+                if constexpr (nd_rows_tiles_any<Pol>((int)sizeof(T), W, PACKS) > 0)
+                    if (const int tiles = tile ? nd_rows_tiles<Pol>((int)sizeof(T), W, PACKS, fast) : 0)
+                        return nd_rows_tile_run<Op, T, VEC, PACKS, W>(a, prm, tiles, di, s, name, err);
                 ND_PLAN("warp W=%d packs=%d R=%d", W, PACKS, R);
                 return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R>, ND_ROWS_WARP_BLOCK,
                                       1, 0, (a.rows + (ND_ROWS_WARP_BLOCK / W) * R - 1) /
@@ -1054,10 +1055,9 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             constexpr int PACKS = decltype(pk)::value;
             constexpr int RW = Pol::rows_in_flight(32, PACKS);
             constexpr int R = PACKS >= RW ? 1 : RW / PACKS;
-            constexpr int TILES = nd_rows_tiles<Pol>((int)sizeof(T), 32, PACKS);
-            if constexpr (TILES > 0)
-                if (tile)
-                    return nd_rows_tile_run<Op, T, VEC, PACKS, 32, TILES>(a, prm, di, s, name, err);
+            if constexpr (nd_rows_tiles_any<Pol>((int)sizeof(T), 32, PACKS) > 0)
+                if (const int tiles = tile ? nd_rows_tiles<Pol>((int)sizeof(T), 32, PACKS, fast) : 0)
+                    return nd_rows_tile_run<Op, T, VEC, PACKS, 32>(a, prm, tiles, di, s, name, err);
             ND_PLAN("warp W=32 packs=%d R=%d", PACKS, R);
             return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, 32, R>, ND_ROWS_WARP_BLOCK,
                                   1, 0, (a.rows + (ND_ROWS_WARP_BLOCK / 32) * R - 1) /

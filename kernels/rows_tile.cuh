@@ -255,28 +255,42 @@ static inline bool nd_rows_tile_ok(const nd_rows_args<T> &a, const nd_cuda_devic
            a.cols % (16 / (int64_t)sizeof(T)) == 0 && a.rows > 0;
 }
 
+/* Devices with at least this peak DRAM bandwidth (GB/s) take the policies' "fast" routes: an
+ * H200 (4.8 TB/s) does, an H100 SXM (3.35) does not. The routes were measured on both. */
+#ifndef ND_ROWS_TILE_FAST_GBPS
+#define ND_ROWS_TILE_FAST_GBPS 4000.0
+#endif
+
 /* Tiles a block of the tile kernel takes for warp-kernel groups of w lanes x packs packs: the
- * policy's tile_tiles (0: the warp kernel), or ND_ROWS_TILE 2's everywhere. */
-template <class Pol> constexpr int nd_rows_tiles(int elem_bytes, int w, int packs)
+ * policy's tile_tiles(element bytes, w, packs, fast) for a device of the fast class or not (0:
+ * the warp kernel), or ND_ROWS_TILE 2's everywhere. nd_rows_tiles_any: on some device (the
+ * kernels that are compiled). */
+template <class Pol> constexpr int nd_rows_tiles(int elem_bytes, int w, int packs, bool fast)
 {
-    return ND_ROWS_TILE == 2 && Pol::tile_tiles(elem_bytes, w, packs) == 0
+    return ND_ROWS_TILE == 2 && Pol::tile_tiles(elem_bytes, w, packs, fast) == 0
                ? 2
-               : Pol::tile_tiles(elem_bytes, w, packs);
+               : Pol::tile_tiles(elem_bytes, w, packs, fast);
+}
+template <class Pol> constexpr int nd_rows_tiles_any(int elem_bytes, int w, int packs)
+{
+    return nd_rows_tiles<Pol>(elem_bytes, w, packs, false) > nd_rows_tiles<Pol>(elem_bytes, w, packs, true)
+               ? nd_rows_tiles<Pol>(elem_bytes, w, packs, false)
+               : nd_rows_tiles<Pol>(elem_bytes, w, packs, true);
 }
 
 /* Rows of the warp kernel's geometry (W lanes, PACKS packs) through the tile kernel, TILES tiles
- * a block (nd_rows_tiles). */
-template <class Op, class T, int VEC, int PACKS, int W, int TILES>
+ * a block (nd_rows_tiles for this device). */
+template <class Op, class T, int VEC, int PACKS, int W>
 static nd_status nd_rows_tile_run(const nd_rows_args<T> &a, const typename Op::Params &prm,
-                                  const nd_cuda_device_info *di, cudaStream_t s, const char *name,
-                                  nd_error *err)
+                                  int TILES, const nd_cuda_device_info *di, cudaStream_t s,
+                                  const char *name, nd_error *err)
 {
-    static_assert(TILES >= 1 && TILES <= ND_ROWS_TILE_MAX, "tiles a block: 1 .. ND_ROWS_TILE_MAX");
     nd_tile_geom tg;
     tg.tile_rows = (ND_ROWS_TILE_BLOCK / 32) * (32 / W);
     const int64_t tile_bytes = (int64_t)tg.tile_rows * a.cols * (int64_t)sizeof(T);
     tg.ntiles = (a.rows + tg.tile_rows - 1) / tg.tile_rows;
     int64_t per_block = ND_ROWS_TILE_PER_BLOCK > 0 ? ND_ROWS_TILE_PER_BLOCK : TILES;
+    per_block = per_block < 1 ? 1 : per_block;
     per_block = per_block > ND_ROWS_TILE_MAX ? ND_ROWS_TILE_MAX : per_block;
     tg.per_block = (int)(per_block > tg.ntiles ? tg.ntiles : per_block);
     ND_PLAN("tile W=%d packs=%d rows=%d tiles=%d", W, PACKS, tg.tile_rows, tg.per_block);

@@ -78,14 +78,17 @@ template <bool LOG> struct nd_softmax_policy {
     static constexpr int kBlockMin = 64;
     static constexpr int kBlockMax = 512;
     /* The tile kernel (rows_tile.cuh, 2 tiles a block) for 16-bit rows in groups of 4 lanes x 4
-     * packs (72-128 columns) and float32 rows in groups of 8 x 2 (33-64). H200, two alternating
-     * rounds against the warp kernel, % of the copy ceiling, float16 / bfloat16 128 columns:
-     * softmax 92.3 / 91.9 -> 95.0 / 94.8, log_softmax 86.7 / 85.7 -> 96.3 / 95.7; float32 64:
-     * softmax 87.2 -> 95.2, log_softmax 89.5 -> 95.5. The other widths measured lost 2-15 points
-     * with an earlier form of the kernel (bench/results/rows_tile_h200.txt). */
-    static constexpr int tile_tiles(int elem_bytes, int w, int packs)
+     * packs (72-128 columns) on every device, and on a fast one (an H200) also float32 rows in
+     * groups of 8 x 2 (33-64). Against the warp kernel, two alternating rounds, % of the copy
+     * ceiling, float16 / bfloat16 128 columns: H200 softmax 92.4 / 91.8 -> 95.6 / 95.7,
+     * log_softmax 86.8 / 85.9 -> 96.4 / 95.6; H100 softmax 96.7 / 96.7 -> 102.4 / 102.1,
+     * log_softmax 95.9 / 95.7 -> 102.8 / 102.2. float32 64 columns: H200 softmax 87.3 -> 95.6,
+     * log_softmax 89.0 -> 95.5; H100 softmax within 1, log_softmax 99.9 -> 98.5. The other widths
+     * measured (H200) lost 2-15 points with an earlier form of the kernel
+     * (bench/results/rows_tile_h200.txt). */
+    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast)
     {
-        return (elem_bytes == 2 && w == 4 && packs == 4) || (elem_bytes == 4 && w == 8 && packs == 2)
+        return (elem_bytes == 2 && w == 4 && packs == 4) || (fast && elem_bytes == 4 && w == 8 && packs == 2)
                    ? 2
                    : 0;
     }
