@@ -273,23 +273,23 @@ template <class Pol> constexpr int nd_rows_tiles(int elem_bytes, int w, int pack
 }
 template <class Pol> constexpr int nd_rows_tiles_any(int elem_bytes, int w, int packs)
 {
-    return nd_rows_tiles<Pol>(elem_bytes, w, packs, false) > nd_rows_tiles<Pol>(elem_bytes, w, packs, true)
-               ? nd_rows_tiles<Pol>(elem_bytes, w, packs, false)
-               : nd_rows_tiles<Pol>(elem_bytes, w, packs, true);
+    const int slow = nd_rows_tiles<Pol>(elem_bytes, w, packs, false),
+              fast = nd_rows_tiles<Pol>(elem_bytes, w, packs, true);
+    return slow > fast ? slow : fast;
 }
 
-/* Rows of the warp kernel's geometry (W lanes, PACKS packs) through the tile kernel, TILES tiles
- * a block (nd_rows_tiles for this device). */
+/* Rows of the warp kernel's geometry (W lanes, PACKS packs) through the tile kernel, `tiles`
+ * tiles a block (nd_rows_tiles for this device). */
 template <class Op, class T, int VEC, int PACKS, int W>
 static nd_status nd_rows_tile_run(const nd_rows_args<T> &a, const typename Op::Params &prm,
-                                  int TILES, const nd_cuda_device_info *di, cudaStream_t s,
+                                  int tiles, const nd_cuda_device_info *di, cudaStream_t s,
                                   const char *name, nd_error *err)
 {
     nd_tile_geom tg;
     tg.tile_rows = (ND_ROWS_TILE_BLOCK / 32) * (32 / W);
     const int64_t tile_bytes = (int64_t)tg.tile_rows * a.cols * (int64_t)sizeof(T);
     tg.ntiles = (a.rows + tg.tile_rows - 1) / tg.tile_rows;
-    int64_t per_block = ND_ROWS_TILE_PER_BLOCK > 0 ? ND_ROWS_TILE_PER_BLOCK : TILES;
+    int64_t per_block = ND_ROWS_TILE_PER_BLOCK > 0 ? ND_ROWS_TILE_PER_BLOCK : tiles;
     per_block = per_block < 1 ? 1 : per_block;
     per_block = per_block > ND_ROWS_TILE_MAX ? ND_ROWS_TILE_MAX : per_block;
     tg.per_block = (int)(per_block > tg.ntiles ? tg.ntiles : per_block);
