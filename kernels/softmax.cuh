@@ -37,6 +37,9 @@
 #ifndef ND_LSM_SUB_FULL16 /* nd_softmax_policy<true>::sub_full(2) */
 #define ND_LSM_SUB_FULL16 16
 #endif
+#ifndef ND_SM_SPLIT_THREADS /* nd_softmax_policy::split_threads: threads of a split chunk block */
+#define ND_SM_SPLIT_THREADS 256
+#endif
 #ifndef ND_SM_WIDE16 /* nd_softmax_op<false>::wide_regs: 16-bit lanes of up to this many elements (0: none) */
 #define ND_SM_WIDE16 32
 #endif
@@ -92,11 +95,14 @@ template <bool LOG> struct nd_softmax_policy {
                    ? 2
                    : 0;
     }
-    /* Threads of a split kernel's chunk block (rows_split.cuh): 256 for float32, 512 for 16-bit.
-     * H100, three alternating rounds, 512 -> 256, % of the copy ceiling: float32 softmax /
-     * log_softmax 128x1048576 83.2 / 83.7 -> 85.0 / 85.4, 512x262144 92.3 / 92.4 -> 93.4 / 93.8,
-     * 2048x65536 unchanged; 16-bit within -1 to +1 (bench/results/rows_split_h100.txt). */
-    static constexpr int split_threads(int elem_bytes) { return elem_bytes == 4 ? 256 : 512; }
+    /* Threads of a split kernel's chunk block (rows_split.cuh): 256, 8 packs each (32 KB of
+     * float32, 64 KB of 16-bit). H100, three alternating rounds, 512 -> 256, % of the copy
+     * ceiling: float32 softmax / log_softmax 128x1048576 83.2 / 83.7 -> 85.0 / 85.4, 512x262144
+     * 92.3 / 92.4 -> 93.4 / 93.8, 2048x65536 unchanged; 16-bit within -1 to +1
+     * (bench/results/rows_split_h100.txt). H200, two alternating rounds, 16-bit softmax /
+     * log_softmax 2048x65536 82.2-83.1 -> 86.5-89.0, 512x262144 77.0-80.6 -> 82.3-84.1,
+     * 128x1048576 75.8-78.3 -> 76.9-79.0 (bench/results/rows_split_h200.txt, call 4). */
+    static constexpr int split_threads(int) { return ND_SM_SPLIT_THREADS; }
     /* the split kernel's L2 prefetch, eighths of a device-full of blocks ahead (rows_split.cuh):
      * H200, 16-bit 128x1048576 2-3 points higher than at half a device-full, where LayerNorm
      * and RMSNorm lost 1-3.5 */
