@@ -971,6 +971,8 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
  *   kBlockMin, kBlockMax   block sizes of the block kernel (powers of two, 64 <= kBlockMin,
  *                  kBlockMax <= 8 * kBlockMin)
  *   split_threads(element bytes)  threads of the split kernel's chunk blocks (8 packs each)
+ *   split_threads_long(element bytes, fast)  optional: the same for rows of more than 32 such
+ *                  chunks, on a device of the fast class or not (rows_split.cuh)
  *   kClusterMax    largest cluster (<= 16)
  *   kStreamThreads block size of the stream kernel
  *   tile_tiles(element bytes, w, packs, fast)  tiles a block of the tile kernel takes for the
@@ -1091,7 +1093,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         return go(std::integral_constant<int, Pol::kBlockMax>());
     }
     bool split = false;
-    st = nd_rows_split_try<Op, T, Pol>(a, prm, P, di, s, name, err, &split);
+    st = nd_rows_split_try<Op, T, Pol>(a, prm, P, fast, di, s, name, err, &split);
     if (st != ND_OK || split)
         return st;
     if (P <= max_cluster * cap_block) {

@@ -426,17 +426,14 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
  * stream kernel, nothing was launched). Errors as values, the workspace freed on every path
  * after it was allocated.
  */
-template <class Op, class T, class Pol>
-static nd_status nd_rows_split_try(const nd_rows_args<T> &a, const typename Op::Params &prm,
-                                   int64_t P, const nd_cuda_device_info *di, cudaStream_t s,
-                                   const char *name, nd_error *err, bool *ran)
+template <class Op, class T, class Pol, int THREADS>
+static nd_status nd_rows_split_go(const nd_rows_args<T> &a, const typename Op::Params &prm,
+                                  int64_t P, const nd_cuda_device_info *di, cudaStream_t s,
+                                  const char *name, nd_error *err, bool *ran)
 {
     constexpr int VEC = nd_cuda_type<T>::pack;
-    constexpr int THREADS =
-        ND_ROWS_SPLIT_THREADS ? ND_ROWS_SPLIT_THREADS : Pol::split_threads((int)sizeof(T));
     constexpr int PACKS = ND_ROWS_SPLIT_PACKS ? ND_ROWS_SPLIT_PACKS : Pol::kRegBytes / 16;
     static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, one block");
-    *ran = false;
     if (ND_ROWS_SPLIT == 0)
         return ND_OK;
     const int64_t chunks = (P + (int64_t)THREADS * PACKS - 1) / ((int64_t)THREADS * PACKS);
@@ -480,6 +477,43 @@ static nd_status nd_rows_split_try(const nd_rows_args<T> &a, const typename Op::
     ND_CUDA_TRY(err, fe);
     *ran = true;
     return ND_OK;
+}
+
+/* The chunk block: the op's split_threads(element bytes) threads, or, where the policy names
+ * split_threads_long(element bytes, fast), that many for rows that would take more than
+ * ND_ROWS_SPLIT_LONG_CHUNKS chunks of the first (fast: a device of the policies' fast class,
+ * nd_rows_run). */
+#ifndef ND_ROWS_SPLIT_LONG_CHUNKS
+#define ND_ROWS_SPLIT_LONG_CHUNKS 32
+#endif
+template <class Pol, class = void> struct nd_split_long {
+    static constexpr int threads(int elem_bytes, bool) { return Pol::split_threads(elem_bytes); }
+};
+template <class Pol>
+struct nd_split_long<Pol, std::void_t<decltype(Pol::split_threads_long(0, false))>> {
+    static constexpr int threads(int elem_bytes, bool fast)
+    {
+        return Pol::split_threads_long(elem_bytes, fast);
+    }
+};
+template <class Op, class T, class Pol>
+static nd_status nd_rows_split_try(const nd_rows_args<T> &a, const typename Op::Params &prm,
+                                   int64_t P, bool fast, const nd_cuda_device_info *di,
+                                   cudaStream_t s, const char *name, nd_error *err, bool *ran)
+{
+    constexpr int E = (int)sizeof(T);
+    constexpr int PACKS = ND_ROWS_SPLIT_PACKS ? ND_ROWS_SPLIT_PACKS : Pol::kRegBytes / 16;
+    constexpr int TH = ND_ROWS_SPLIT_THREADS ? ND_ROWS_SPLIT_THREADS : Pol::split_threads(E);
+    constexpr int TH_SLOW = ND_ROWS_SPLIT_THREADS ? TH : nd_split_long<Pol>::threads(E, false);
+    constexpr int TH_FAST = ND_ROWS_SPLIT_THREADS ? TH : nd_split_long<Pol>::threads(E, true);
+    *ran = false;
+    if (P > (int64_t)ND_ROWS_SPLIT_LONG_CHUNKS * TH * PACKS) {
+        if (fast && TH_FAST != TH)
+            return nd_rows_split_go<Op, T, Pol, TH_FAST>(a, prm, P, di, s, name, err, ran);
+        if (!fast && TH_SLOW != TH)
+            return nd_rows_split_go<Op, T, Pol, TH_SLOW>(a, prm, P, di, s, name, err, ran);
+    }
+    return nd_rows_split_go<Op, T, Pol, TH>(a, prm, P, di, s, name, err, ran);
 }
 
 #endif /* ND_ROWS_SPLIT_CUH */

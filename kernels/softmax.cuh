@@ -101,8 +101,15 @@ template <bool LOG> struct nd_softmax_policy {
      * 92.3 / 92.4 -> 93.4 / 93.8, 2048x65536 unchanged; 16-bit within -1 to +1
      * (bench/results/rows_split_h100.txt). H200, two alternating rounds, 16-bit softmax /
      * log_softmax 2048x65536 82.2-83.1 -> 86.5-89.0, 512x262144 77.0-80.6 -> 82.3-84.1,
-     * 128x1048576 75.8-78.3 -> 76.9-79.0 (bench/results/rows_split_h200.txt, call 4). */
+     * 128x1048576 75.8-78.3 -> 76.9-79.0 (bench/results/rows_split_h200.txt, call 4). H100, the
+     * same build, three rounds: 2048x65536 +0.7 to +1.1, 512x262144 +1.2 to +2.1, 128x1048576
+     * -1.5 to -2.5 (91.6-92.8 -> 89.3-91.2): so rows of more than 32 such chunks (16-bit
+     * 1048576 columns) keep 512 threads except on a fast device (split_threads_long). */
     static constexpr int split_threads(int) { return ND_SM_SPLIT_THREADS; }
+    static constexpr int split_threads_long(int elem_bytes, bool fast)
+    {
+        return elem_bytes == 2 && !fast ? 512 : ND_SM_SPLIT_THREADS;
+    }
     /* the split kernel's L2 prefetch, eighths of a device-full of blocks ahead (rows_split.cuh):
      * H200, 16-bit 128x1048576 2-3 points higher than at half a device-full, where LayerNorm
      * and RMSNorm lost 1-3.5 */
