@@ -421,10 +421,11 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
  * ------------------------------------------------------------------------------------------- */
 
 /*
- * Run rows of P packs (P > one block's registers) on the split path when it is the measured
- * choice and can hold them; *ran tells whether it did (false: the caller takes the cluster or
- * stream kernel, nothing was launched). Errors as values, the workspace freed on every path
- * after it was allocated.
+ * Run rows of P packs (P > one block's registers) on the split path, in chunk blocks of THREADS
+ * threads, when it is the measured choice and can hold them; *ran (false on entry, from
+ * nd_rows_split_try) tells whether it did (false: the caller takes the cluster or stream kernel,
+ * nothing was launched). Errors as values, the workspace freed on every path after it was
+ * allocated.
  */
 template <class Op, class T, class Pol, int THREADS>
 static nd_status nd_rows_split_go(const nd_rows_args<T> &a, const typename Op::Params &prm,
