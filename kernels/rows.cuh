@@ -955,6 +955,13 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
         return nd_rows_pick<LO + 1, HI>(n, f);
 }
 
+/* Devices with at least this peak DRAM bandwidth (GB/s) take the policies' "fast" routes (the
+ * tile kernel's tile_tiles, the split kernel's split_threads_long): an H200 (4.8 TB/s) does, an
+ * H100 SXM (3.35) does not. The routes were measured on both. */
+#ifndef ND_ROWS_FAST_GBPS
+#define ND_ROWS_FAST_GBPS 4000.0
+#endif
+
 #include "rows_split.cuh"
 #include "rows_tile.cuh"
 
@@ -971,13 +978,14 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
  *   kBlockMin, kBlockMax   block sizes of the block kernel (powers of two, 64 <= kBlockMin,
  *                  kBlockMax <= 8 * kBlockMin)
  *   split_threads(element bytes)  threads of the split kernel's chunk blocks (8 packs each)
- *   split_threads_long(element bytes, fast)  optional: the same for rows of more than 32 such
- *                  chunks, on a device of the fast class or not (rows_split.cuh)
+ *   split_threads_long(element bytes, fast)  optional: the same for rows of more than
+ *                  ND_ROWS_SPLIT_LONG_CHUNKS (32) such chunks, on a device of
+ *                  ND_ROWS_FAST_GBPS or more (fast) or less (rows_split.cuh)
  *   kClusterMax    largest cluster (<= 16)
  *   kStreamThreads block size of the stream kernel
  *   tile_tiles(element bytes, w, packs, fast)  tiles a block of the tile kernel takes for the
  *                  warp kernel's groups of w lanes x packs packs (rows_tile.cuh) on a device of
- *                  ND_ROWS_TILE_FAST_GBPS or more (fast) or less; 0: the warp kernel
+ *                  ND_ROWS_FAST_GBPS or more (fast) or less; 0: the warp kernel
  * Choice by P, the most 16-byte packs any row spans:
  *   P <= 16 * kSubPacks          warp kernel, W = P / SP rounded up to a power of two lanes per
  *                                row, SP = kSubPacks packs per lane (kSubPacks / 2 below
@@ -1018,7 +1026,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
     const int64_t cap_block = (int64_t)Pol::kBlockMax * PM;
     const int max_cluster = di->cluster_launch ? Pol::kClusterMax : 1;
     const bool tile = nd_rows_tile_ok(a, di); /* the warp kernel's rows, x through the copy engine */
-    const bool fast = di->mem_gbps >= ND_ROWS_TILE_FAST_GBPS; /* the policies' routes by device */
+    const bool fast = di->mem_gbps >= ND_ROWS_FAST_GBPS; /* the policies' routes by device */
 
     /* Every nd_rows_pick below starts at the least its branch is given (the branches before it
      * take the smaller rows, as noted at each): a lower start would only compile kernels that no

@@ -255,12 +255,6 @@ static inline bool nd_rows_tile_ok(const nd_rows_args<T> &a, const nd_cuda_devic
            a.cols % (16 / (int64_t)sizeof(T)) == 0 && a.rows > 0;
 }
 
-/* Devices with at least this peak DRAM bandwidth (GB/s) take the policies' "fast" routes: an
- * H200 (4.8 TB/s) does, an H100 SXM (3.35) does not. The routes were measured on both. */
-#ifndef ND_ROWS_TILE_FAST_GBPS
-#define ND_ROWS_TILE_FAST_GBPS 4000.0
-#endif
-
 /* Tiles a block of the tile kernel takes for warp-kernel groups of w lanes x packs packs: the
  * policy's tile_tiles(element bytes, w, packs, fast) for a device of the fast class or not (0:
  * the warp kernel), or ND_ROWS_TILE 2's everywhere. nd_rows_tiles_any: on some device (the
