@@ -18,7 +18,9 @@
  *     (and after the last whole one) are done one by one by the first threads of the grid, so an
  *     offset tensor still runs on the packed path. Only x and y that are misaligned by different
  *     amounts fall back to narrower packs;
- *   - each thread issues prelu_policy::unroll<T>() independent pack loads before it uses any.
+ *   - each thread issues prelu_policy::unroll<T>() independent pack loads before it uses any,
+ *     keeps them as the words it loaded until it computes, and (16-bit) loads every pack's
+ *     alphas before computing any output, so the alpha loads fly with x's.
  */
 #include <stdint.h>
 
@@ -37,16 +39,41 @@ namespace {
  * and the whole pack through the same code: 16-bit (96,512,14,14) 89 -> 86%, (96,512,7,7) 81 ->
  * 79% (three runs each, same host).
  *
- * Before that, H200, one run, % of a same-run copy ceiling (a one-pack-per-thread copy kernel, 4.25 TB/s),
- * against 512 threads, 2 packs per thread and default-policy loads and stores: 256 threads,
- * evict-first loads and stores and 1 pack per thread took float32 from 95-97% to 99-100% on the
- * large shapes and (96,512,7,7) from 90% to 96.5%; the 16-bit per-channel shapes with 1 pack lost 1-2 points on
- * the large shapes (their per-pack alpha lookup is twice the work per byte) and gained 10 at
+ * Before that, H200, one run, % of a same-run copy ceiling (a one-pack-per-thread copy kernel,
+ * 4.25 TB/s), against 512 threads, 2 packs per thread and default-policy loads and stores: 256
+ * threads, evict-first loads and stores and 1 pack per thread took float32 from 95-97% to 99-100% on the
+ * large shapes and (96,512,7,7) from 90% to 96.5%; the 16-bit per-channel shapes with 1 pack lost
+ * 1-2 points on the large shapes (their per-pack alpha lookup is twice the work per byte) and gained 10 at
  * (96,512,7,7); with 2 packs and evict-first accesses (512 threads) they gained 0.5-1 on the
  * large shapes and nothing at (96,512,7,7). 16-bit keeps 2 packs per thread.
+ *
+ * Then (stop 34, bench/results/prelu_early_h200.txt; ab_rounds.sh, three rounds, median % of the
+ * same-run copy ceiling). ncu on an H200 (float16 (96,512,14,14)) showed each warp waiting for
+ * its x load right after issuing it: the 16-bit pack was split into halves (PRMT) inside the
+ * load's bounds branch, so the locate arithmetic and the alpha load came only after x arrived,
+ * and the warp then waited a second time, for its alpha; 152 instructions a warp where the copy
+ * kernel takes 21. Now x stays in its load words, 16-bit packs get their alphas first (both
+ * alphas of a pack that crosses a plane, then paired multiplies with a per-pair alpha), and
+ * blocks are 128 threads instead of 256:
+ *                                 H200 float16 / bfloat16       H100 float16 / bfloat16
+ *   (96,512,7,7)                  81.6 / 78.5 -> 90.8 / 90.6    91.2 / 89.6 -> 92.8 / 92.8
+ *   (96,512,14,14)                89.6 / 87.0 -> 96.4 / 96.5    98.5 / 98.2 -> 97.5 / 97.4
+ *   (96,256,28,28) .. (96,64,112,112)  96.3-97.1 -> 97.1-99.3   98.9-99.6 -> 98.7-99.2
+ *   shared alpha, 16-bit          96.9 / 97.0 -> 99.4 / 99.3    99.4 / 99.4 -> 99.3 / 99.4
+ * 128-thread blocks alone gave the large 16-bit shapes +1.5-2.6 on the H200 and the small ones
+ * +0.2-0.7; 512 lost 0-2.7. float32 keeps its alphas in the output loop (loaded early it lost
+ * 0.7-2.3 points on the H200 at (96,512,7,7) and (96,512,14,14)); its plain pack needs no
+ * conversion, so its alpha load already flew with x; float32 moved -0.2 to +0.6 (H200), -0.2
+ * to 0 (H100).
  */
 struct prelu_policy {
-    static constexpr int block_threads = 256;
+    static constexpr int block_threads = 128;
+    /* whether each thread loads every pack's alphas before computing any output (16-bit) or
+     * each pack's with its output (float32) */
+    template <typename T> __host__ __device__ static constexpr bool early_alpha()
+    {
+        return sizeof(T) == 2;
+    }
     /* Packs per thread, loaded before any is used: 2 for 16-bit tensors of at least
      * unroll2_min_packs packs, else 1 (a small tensor needs every thread it can get). */
     template <typename T> __host__ __device__ static constexpr int unroll() { return sizeof(T) == 4 ? 1 : 2; }
@@ -55,26 +82,23 @@ struct prelu_policy {
     static constexpr bool streaming = true;
 };
 
+/* A pack as the word it is loaded and stored as (uint4 for 16 bytes). The kernel keeps x in this
+ * form until it computes, so no conversion makes a thread wait for its load early. */
+template <typename T, int P> using pack_word = typename nd_word<sizeof(T) * P>::type;
+
 template <typename T, int P>
-__device__ __forceinline__ nd_pack<T, P> load_pack(const nd_pack<T, P> *p)
+__device__ __forceinline__ pack_word<T, P> load_word(const pack_word<T, P> *p)
 {
-    typedef typename nd_word<sizeof(T) * P>::type W;
-    union { W w; nd_pack<T, P> pk; } u;
-    u.w = prelu_policy::streaming ? __ldcs(reinterpret_cast<const W *>(p))
-                                  : __ldg(reinterpret_cast<const W *>(p));
-    return u.pk;
+    return prelu_policy::streaming ? __ldcs(p) : __ldg(p);
 }
 
 template <typename T, int P>
-__device__ __forceinline__ void store_pack(nd_pack<T, P> *p, const nd_pack<T, P> &v)
+__device__ __forceinline__ void store_word(pack_word<T, P> *p, pack_word<T, P> w)
 {
-    typedef typename nd_word<sizeof(T) * P>::type W;
-    union { W w; nd_pack<T, P> pk; } u;
-    u.pk = v;
     if (prelu_policy::streaming)
-        __stcs(reinterpret_cast<W *>(p), u.w);
+        __stcs(p, w);
     else
-        *reinterpret_cast<W *>(p) = u.w;
+        *p = w;
 }
 
 /*
@@ -142,52 +166,77 @@ __device__ __forceinline__ T prelu_one(T v, float a)
     return f > 0.0f ? v : nd_from_float<T>(a * f);
 }
 
-/* A whole pack with one alpha. For the two-byte types two elements at a time in their own
- * arithmetic: the product of two float16 (bfloat16) values is exact in float32, so the paired
- * multiply, rounded once, gives the same bits as the float32 route, in a third of the
- * instructions; the select is a mask from the paired compare. */
-template <typename T, int P>
-__device__ __forceinline__ nd_pack<T, P> prelu_pack(const nd_pack<T, P> &v, float a)
-{
-    nd_pack<T, P> o;
+/* A whole pack with one alpha (prelu_words), or with alpha lo for its first `split` elements and
+ * hi for the rest (prelu_words_split: the pack that crosses into the next plane). For the
+ * two-byte types, two elements at a time in their own arithmetic: the product of two float16
+ * (bfloat16) values is exact in float32, so the paired multiply, rounded once, gives the same
+ * bits as the float32 route, in a third of the instructions; the select is a mask from the
+ * paired compare. Other packs go element by element in float. */
+template <typename T, int P> struct prelu_word_ops {
+    typedef pack_word<T, P> W;
+    union U {
+        W w;
+        nd_pack<T, P> pk;
+    };
+    static __device__ __forceinline__ W whole(W w, float a)
+    {
+        U in, out;
+        in.w = w;
 #pragma unroll
-    for (int j = 0; j < P; j++)
-        o.v[j] = prelu_one(v.v[j], a);
-    return o;
-}
-
-template <typename T2, int P>
-__device__ __forceinline__ void prelu_pairs(const unsigned (&x)[P / 2], unsigned (&y)[P / 2],
-                                            T2 a2)
-{
-    const T2 zero = T2();
-#pragma unroll
-    for (int j = 0; j < P / 2; j++) {
-        T2 xv = *reinterpret_cast<const T2 *>(&x[j]);
-        T2 pv = __hmul2(xv, a2);
-        unsigned mask = __hgt2_mask(xv, zero);
-        y[j] = (x[j] & mask) | (*reinterpret_cast<unsigned *>(&pv) & ~mask);
+        for (int j = 0; j < P; j++)
+            out.pk.v[j] = prelu_one(in.pk.v[j], a);
+        return out.w;
     }
+    static __device__ __forceinline__ W split(W w, float lo, float hi, int n_lo)
+    {
+        U in, out;
+        in.w = w;
+#pragma unroll
+        for (int j = 0; j < P; j++)
+            out.pk.v[j] = prelu_one(in.pk.v[j], j < n_lo ? lo : hi);
+        return out.w;
+    }
+};
+
+template <typename T2> __device__ __forceinline__ T2 prelu_pair_alpha(float a, float b);
+template <> __device__ __forceinline__ __half2 prelu_pair_alpha<__half2>(float a, float b)
+{
+    return __floats2half2_rn(a, b);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat162 prelu_pair_alpha<__nv_bfloat162>(float a, float b)
+{
+    return __floats2bfloat162_rn(a, b);
 }
 
-template <>
-__device__ __forceinline__ nd_pack<__half, 8> prelu_pack(const nd_pack<__half, 8> &v, float a)
+template <typename T2> __device__ __forceinline__ unsigned prelu_pair(unsigned x, T2 a2)
 {
-    union { nd_pack<__half, 8> p; unsigned u[4]; } in, out;
-    in.p = v;
-    prelu_pairs<__half2, 8>(in.u, out.u, __float2half2_rn(a));
-    return out.p;
+    const T2 xv = *reinterpret_cast<const T2 *>(&x);
+    T2 pv = __hmul2(xv, a2);
+    const unsigned mask = __hgt2_mask(xv, T2());
+    return (x & mask) | (*reinterpret_cast<unsigned *>(&pv) & ~mask);
 }
 
+/* 16-byte packs of a two-byte type: four pairs in a uint4. */
+template <typename T, typename T2> struct prelu_word_ops_pairs {
+    static __device__ __forceinline__ uint4 whole(uint4 w, float a)
+    {
+        const T2 a2 = prelu_pair_alpha<T2>(a, a);
+        return make_uint4(prelu_pair(w.x, a2), prelu_pair(w.y, a2), prelu_pair(w.z, a2),
+                          prelu_pair(w.w, a2));
+    }
+    static __device__ __forceinline__ uint4 split(uint4 w, float lo, float hi, int n_lo)
+    {
+#define ND_PRELU_PAIR(k, x) \
+    prelu_pair(x, prelu_pair_alpha<T2>(2 * k < n_lo ? lo : hi, 2 * k + 1 < n_lo ? lo : hi))
+        return make_uint4(ND_PRELU_PAIR(0, w.x), ND_PRELU_PAIR(1, w.y), ND_PRELU_PAIR(2, w.z),
+                          ND_PRELU_PAIR(3, w.w));
+#undef ND_PRELU_PAIR
+    }
+};
+template <> struct prelu_word_ops<__half, 8> : prelu_word_ops_pairs<__half, __half2> {};
 template <>
-__device__ __forceinline__ nd_pack<__nv_bfloat16, 8> prelu_pack(const nd_pack<__nv_bfloat16, 8> &v,
-                                                                float a)
-{
-    union { nd_pack<__nv_bfloat16, 8> p; unsigned u[4]; } in, out;
-    in.p = v;
-    prelu_pairs<__nv_bfloat162, 8>(in.u, out.u, __float2bfloat162_rn(a));
-    return out.p;
-}
+struct prelu_word_ops<__nv_bfloat16, 8> : prelu_word_ops_pairs<__nv_bfloat16, __nv_bfloat162> {};
 
 /* Channel of flat element e, and e's index within its plane; W32: the tensor has fewer than 2^32
  * elements, and the 32-bit divisions do. */
@@ -212,7 +261,6 @@ __global__ void __launch_bounds__(prelu_policy::block_threads)
 prelu_kernel(const T *__restrict__ x, T *__restrict__ y, const T *__restrict__ alpha,
              prelu_geom g)
 {
-    using pack = nd_pack<T, P>;
     const float a0 = SHARED ? nd_to_float(alpha[0]) : 0.0f;
 
     /* The head and tail elements, one per thread of the first block(s). */
@@ -228,49 +276,82 @@ prelu_kernel(const T *__restrict__ x, T *__restrict__ y, const T *__restrict__ a
         y[e] = prelu_one(x[e], a);
     }
 
-    const pack *xp = reinterpret_cast<const pack *>(x + g.head);
-    pack *yp = reinterpret_cast<pack *>(y + g.head);
+    typedef pack_word<T, P> W;
+    typedef prelu_word_ops<T, P> ops;
+    const W *xp = reinterpret_cast<const W *>(x + g.head);
+    W *yp = reinterpret_cast<W *>(y + g.head);
     const int64_t first = (int64_t)blockIdx.x * blockDim.x * U + threadIdx.x;
-    pack v[U];
+    /* 1. x, every pack's load in flight at once, kept as loaded */
+    W v[U];
 #pragma unroll
     for (int u = 0; u < U; u++) {
         int64_t q = first + (int64_t)u * blockDim.x;
         if (q < g.packs)
-            v[u] = load_pack<T, P>(xp + q);
+            v[u] = load_word<T, P>(xp + q);
     }
+    if constexpr (SHARED) {
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-        int64_t q = first + (int64_t)u * blockDim.x;
-        if (q >= g.packs)
-            continue;
-        pack o;
-        if (SHARED) {
-            o = prelu_pack<T, P>(v[u], a0);
-        } else {
-            int64_t c, i;
-            locate<W32>(g, g.head + q * P, c, i);
-            if (i + P <= g.inner) { /* the whole pack lies in one plane: one alpha */
-                o = prelu_pack<T, P>(v[u], nd_to_float(alpha[c]));
-            } else if (g.inner >= P) { /* it crosses into the next plane once: two alphas */
-                const float a_lo = nd_to_float(alpha[c]);
-                const float a_hi = nd_to_float(alpha[c + 1 == g.channels ? 0 : c + 1]);
-                const int split = (int)(g.inner - i); /* elements left in the first plane */
+        for (int u = 0; u < U; u++) {
+            int64_t q = first + (int64_t)u * blockDim.x;
+            if (q < g.packs)
+                store_word<T, P>(yp + q, ops::whole(v[u], a0));
+        }
+    } else {
+        /* 2. each pack's plane and alphas: the one of its first element (lo) and, for a pack
+         * that crosses into the next plane (planes of at least a pack cross at most once), the
+         * next channel's (hi) from its n_lo-th element on. */
+        int64_t c[U], i[U];
+        float lo[U], hi[U];
+        int n_lo[U];
+        auto alphas = [&](int u) {
+            int64_t q = first + (int64_t)u * blockDim.x;
+            q = q < g.packs ? q : 0; /* past the end: any e <= n has a channel */
+            locate<W32>(g, g.head + q * P, c[u], i[u]);
+            lo[u] = nd_to_float(__ldg(alpha + c[u]));
+            n_lo[u] = g.inner - i[u] < P ? (int)(g.inner - i[u]) : P;
+            hi[u] = lo[u];
+            if (n_lo[u] < P && g.inner >= P)
+                hi[u] = nd_to_float(__ldg(alpha + (c[u] + 1 == g.channels ? 0 : c[u] + 1)));
+        };
+        /* 16-bit packs: all alphas before any output, so that their loads fly with x's */
+        constexpr bool EARLY = prelu_policy::early_alpha<T>();
+        if constexpr (EARLY) {
 #pragma unroll
-                for (int j = 0; j < P; j++)
-                    o.v[j] = prelu_one(v[u].v[j], j < split ? a_lo : a_hi);
+            for (int u = 0; u < U; u++)
+                alphas(u);
+        }
+        /* 3. the output */
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int64_t q = first + (int64_t)u * blockDim.x;
+            if (q >= g.packs)
+                continue;
+            if constexpr (!EARLY)
+                alphas(u);
+            W o;
+            if (g.inner >= P) {
+                o = n_lo[u] == P ? ops::whole(v[u], lo[u])
+                                 : ops::split(v[u], lo[u], hi[u], n_lo[u]);
             } else { /* planes shorter than a pack: step the channel element by element */
+                union {
+                    W w;
+                    nd_pack<T, P> pk;
+                } in, out;
+                in.w = v[u];
+                int64_t cc = c[u], ii = i[u];
 #pragma unroll
                 for (int j = 0; j < P; j++) {
-                    if (i == g.inner) {
-                        i = 0;
-                        c = c + 1 == g.channels ? 0 : c + 1;
+                    if (ii == g.inner) {
+                        ii = 0;
+                        cc = cc + 1 == g.channels ? 0 : cc + 1;
                     }
-                    o.v[j] = prelu_one(v[u].v[j], nd_to_float(alpha[c]));
-                    i++;
+                    out.pk.v[j] = prelu_one(in.pk.v[j], nd_to_float(alpha[cc]));
+                    ii++;
                 }
+                o = out.w;
             }
+            store_word<T, P>(yp + q, o);
         }
-        store_pack<T, P>(yp + q, o);
     }
 }
 
