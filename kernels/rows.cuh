@@ -408,6 +408,18 @@ template <class T> __host__ __device__ constexpr bool nd_block_pipe_ok(int packs
     return sizeof(T) == 4 ? packs < 7 : packs <= ND_ROWS_PIPE16_MAX_PACKS;
 }
 
+/* 1: the warp kernel converts the row length to float (ctx.n, and ctx.cols as the statistics
+ * see it) after its loads are issued, not before: a warp issues in order, and the compiler had
+ * hoisted the conversions, 1/n with its slow-path branch and a 4-byte local store ahead of the
+ * loads (ncu, H200, float16 LayerNorm 49152x128: about 80 instructions before a warp's first
+ * load). Two alternating rounds, % of the copy ceiling (bench/results/rows_late_n.txt):
+ * LayerNorm float16 / bfloat16 128 columns H200 75.9 / 76.2 -> 78.0 / 79.1, H100 90.9 / 91.1 ->
+ * 91.8 / 92.5 (and 92.1 / 92.7 in a second run); 32 columns +1.4 to +1.7 (both); float32 64
+ * +0.7 to +1.3; the other ops and widths within about 0.5, but for float32 32 columns (the
+ * shortest kernels): softmax +1.5, RMSNorm -1.6 (H200; H100 -0.9 and +0.2). */
+#ifndef ND_ROWS_WARP_LATE_N
+#define ND_ROWS_WARP_LATE_N 1
+#endif
 /* The warp kernel holds R rows per lane and more indexing: 768 threads (80 registers). */
 #ifndef ND_ROWS_WARP_MIN_THREADS_PER_SM
 #define ND_ROWS_WARP_MIN_THREADS_PER_SM 768
@@ -539,7 +551,8 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
         typename std::conditional<nd_wide_regs<Op>((int)sizeof(T), R * N), nd_regrow_wide<T, N>,
                                   nd_regrow<T, N>>::type v[R];
         int64_t row[R];
-        nd_cp_async_wait_all();
+        if constexpr (PF)
+            nd_cp_async_wait_all();
 #pragma unroll
         for (int r = 0; r < R; r++) {
             row[r] = base + r * GPW + grp;
@@ -555,6 +568,13 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
                                                    row[r] < a.rows ? ctx.cols : 0, Op::kPad, wds);
                 v[r].put_pack(i, wds);
             }
+        }
+        if constexpr (ND_ROWS_WARP_LATE_N) {
+            /* ctx.n and ctx.cols as the op's statistics see them (1/n, (double)n) only now */
+            int cols = ctx.cols;
+            asm volatile("" : "+r"(cols));
+            ctx.cols = cols;
+            ctx.n = (float)cols;
         }
         if (PF && base + step < a.rows)
             prefetch(base + step);
