@@ -423,12 +423,23 @@ template <class T> __host__ __device__ constexpr bool nd_block_pipe_ok(int packs
 /* The same in the plain block kernel (one row per block), for 16-bit rows. H200, two alternating
  * rounds, % of the copy ceiling (bench/results/rows_late_n.txt): LayerNorm float16 / bfloat16
  * 32768 columns 84.8 / 85.4 -> 89.8 / 90.5 (the 512-thread kernel of 8 packs no longer spills
- * its 24 bytes; a second run 85.3 / 85.4 -> 90.7 / 91.0), 16384 86.7 / 84.7 -> 86.6 / 86.2
- * (87.5 / 85.1 -> 87.3 / 86.7), 8192 and 4096 within 1.6 either way; the other ops within 0.3. float32 rows keep the old order: log_softmax
- * spilled 4 bytes with it and lost 0.6-1.0 at 2048-16384 columns. */
+ * its 24 bytes; a second run 85.3 / 85.4 -> 90.7 / 91.0; H100 95.1 / 94.6 -> 98.5 / 98.0),
+ * 16384 86.7 / 84.7 -> 86.6 / 86.2 (87.5 / 85.1 -> 87.3 / 86.7), 8192 and 4096 within 1.6
+ * either way; the other ops within 0.3. float32 rows keep the old order: log_softmax spilled 4
+ * bytes with it and lost 0.6-1.0 at 2048-16384 columns. */
 #ifndef ND_ROWS_BLOCK_LATE_N
 #define ND_ROWS_BLOCK_LATE_N 1
 #endif
+/* ND_ROWS_WARP_LATE_N, ND_ROWS_BLOCK_LATE_N: ctx.cols and ctx.n as computed at this point of
+ * the kernel; the empty asm keeps the compiler from hoisting them (and what the op derives from
+ * them, 1/n, (double)n) above the loads before it. */
+template <class Ctx> __device__ __forceinline__ void nd_ctx_cols_here(Ctx &ctx)
+{
+    int cols = ctx.cols;
+    asm volatile("" : "+r"(cols));
+    ctx.cols = cols;
+    ctx.n = (float)cols;
+}
 /* The warp kernel holds R rows per lane and more indexing: 768 threads (80 registers). */
 #ifndef ND_ROWS_WARP_MIN_THREADS_PER_SM
 #define ND_ROWS_WARP_MIN_THREADS_PER_SM 768
@@ -578,13 +589,8 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
                 v[r].put_pack(i, wds);
             }
         }
-        if constexpr (ND_ROWS_WARP_LATE_N) {
-            /* ctx.n and ctx.cols as the op's statistics see them (1/n, (double)n) only now */
-            int cols = ctx.cols;
-            asm volatile("" : "+r"(cols));
-            ctx.cols = cols;
-            ctx.n = (float)cols;
-        }
+        if constexpr (ND_ROWS_WARP_LATE_N)
+            nd_ctx_cols_here(ctx);
         if (PF && base + step < a.rows)
             prefetch(base + step);
         /* ND_ROWS_PARAM_PIPE: the first pack's parameters, loaded with x */
@@ -783,12 +789,8 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
                 nd_row_load_words<T, VEC, int>(xrow, (i * ctx.G + ctx.g) * VEC - ctx.h, ctx.cols,
                                                Op::kPad, &v[0].w[i * 4]);
         }
-        if constexpr (ND_ROWS_BLOCK_LATE_N && !CLUSTER && sizeof(T) == 2) { /* see the knob */
-            int cols = ctx.cols;
-            asm volatile("" : "+r"(cols));
-            ctx.cols = cols;
-            ctx.n = (float)cols;
-        }
+        if constexpr (ND_ROWS_BLOCK_LATE_N && !CLUSTER && sizeof(T) == 2)
+            nd_ctx_cols_here(ctx);
         if (X0_LATE)
             ctx.x0 = nd_to_float(__ldg(xrow)); /* see ND_ROWS_X0_LATE */
         if (PF && row + step < a.rows)
