@@ -207,7 +207,9 @@ struct nd_layernorm_op {
      * H100, three alternating rounds, against 7 blocks not held, float16 / bfloat16 % of the copy
      * ceiling: 256 columns 93.3 / 93.8 -> 94.6 / 94.4, 512 96.3 / 96.7 -> 97.6 / 97.5, 1024
      * 98.3 / 98.4 -> 98.6 / 98.5. Lanes of 3 packs at 5 blocks lost 6 points at 768 columns
-     * (99.1 -> 92-93, held or not), and at 6 held 2 (bench/results/ln_hold4_h100.txt). */
+     * (99.1 -> 92-93, held or not), and at 6 held 2 (bench/results/ln_hold4_h100.txt). On an
+     * H200 the tile kernel (256-1024 columns there) without the hold, at 72 registers, lost 3-6
+     * points (bench/results/ln_hold4_h200.txt). */
     static __host__ __device__ constexpr bool param_hold(int elem_bytes, int packs)
     {
         return elem_bytes == 2 && (packs <= ND_LN_PARAM_HOLD16 || (packs == 4 && ND_LN_HOLD4));
