@@ -166,9 +166,9 @@ __device__ __forceinline__ T prelu_one(T v, float a)
     return f > 0.0f ? v : nd_from_float<T>(a * f);
 }
 
-/* A whole pack with one alpha (prelu_words), or with alpha lo for its first `split` elements and
- * hi for the rest (prelu_words_split: the pack that crosses into the next plane). For the
- * two-byte types, two elements at a time in their own arithmetic: the product of two float16
+/* A pack as loaded (W), with one alpha (whole), or with alpha lo for its first n_lo elements
+ * and hi for the rest (split: the pack that crosses into the next plane). For 16-byte packs of
+ * the two-byte types, two elements at a time in their own arithmetic: the product of two float16
  * (bfloat16) values is exact in float32, so the paired multiply, rounded once, gives the same
  * bits as the float32 route, in a third of the instructions; the select is a mask from the
  * paired compare. Other packs go element by element in float. */
