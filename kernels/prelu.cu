@@ -41,11 +41,12 @@ namespace {
  *
  * Before that, H200, one run, % of a same-run copy ceiling (a one-pack-per-thread copy kernel,
  * 4.25 TB/s), against 512 threads, 2 packs per thread and default-policy loads and stores: 256
- * threads, evict-first loads and stores and 1 pack per thread took float32 from 95-97% to 99-100% on the
- * large shapes and (96,512,7,7) from 90% to 96.5%; the 16-bit per-channel shapes with 1 pack lost
- * 1-2 points on the large shapes (their per-pack alpha lookup is twice the work per byte) and gained 10 at
- * (96,512,7,7); with 2 packs and evict-first accesses (512 threads) they gained 0.5-1 on the
- * large shapes and nothing at (96,512,7,7). 16-bit keeps 2 packs per thread.
+ * threads, evict-first loads and stores and 1 pack per thread took float32 from 95-97% to
+ * 99-100% on the large shapes and (96,512,7,7) from 90% to 96.5%; the 16-bit per-channel shapes
+ * with 1 pack lost 1-2 points on the large shapes (their per-pack alpha lookup is twice the work
+ * per byte) and gained 10 at (96,512,7,7); with 2 packs and evict-first accesses (512 threads)
+ * they gained 0.5-1 on the large shapes and nothing at (96,512,7,7). 16-bit keeps 2 packs per
+ * thread.
  *
  * Then (stop 34, bench/results/prelu_early_h200.txt; ab_rounds.sh, three rounds, median % of the
  * same-run copy ceiling). ncu on an H200 (float16 (96,512,14,14)) showed each warp waiting for
@@ -85,6 +86,12 @@ struct prelu_policy {
 /* A pack as the word it is loaded and stored as (uint4 for 16 bytes). The kernel keeps x in this
  * form until it computes, so no conversion makes a thread wait for its load early. */
 template <typename T, int P> using pack_word = typename nd_word<sizeof(T) * P>::type;
+
+/* The same pack as elements, where the arithmetic goes element by element. */
+template <typename T, int P> union pack_view {
+    pack_word<T, P> w;
+    nd_pack<T, P> pk;
+};
 
 template <typename T, int P>
 __device__ __forceinline__ pack_word<T, P> load_word(const pack_word<T, P> *p)
@@ -174,22 +181,10 @@ __device__ __forceinline__ T prelu_one(T v, float a)
  * paired compare. Other packs go element by element in float. */
 template <typename T, int P> struct prelu_word_ops {
     typedef pack_word<T, P> W;
-    union U {
-        W w;
-        nd_pack<T, P> pk;
-    };
-    static __device__ __forceinline__ W whole(W w, float a)
-    {
-        U in, out;
-        in.w = w;
-#pragma unroll
-        for (int j = 0; j < P; j++)
-            out.pk.v[j] = prelu_one(in.pk.v[j], a);
-        return out.w;
-    }
+    static __device__ __forceinline__ W whole(W w, float a) { return split(w, a, a, P); }
     static __device__ __forceinline__ W split(W w, float lo, float hi, int n_lo)
     {
-        U in, out;
+        pack_view<T, P> in, out;
         in.w = w;
 #pragma unroll
         for (int j = 0; j < P; j++)
@@ -333,10 +328,7 @@ prelu_kernel(const T *__restrict__ x, T *__restrict__ y, const T *__restrict__ a
                 o = n_lo[u] == P ? ops::whole(v[u], lo[u])
                                  : ops::split(v[u], lo[u], hi[u], n_lo[u]);
             } else { /* planes shorter than a pack: step the channel element by element */
-                union {
-                    W w;
-                    nd_pack<T, P> pk;
-                } in, out;
+                pack_view<T, P> in, out;
                 in.w = v[u];
                 int64_t cc = c[u], ii = i[u];
 #pragma unroll

@@ -427,13 +427,17 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
  * nothing was launched). Errors as values, the workspace freed on every path after it was
  * allocated.
  */
+/* Packs a thread of a chunk block holds. */
+template <class Pol>
+constexpr int nd_split_packs = ND_ROWS_SPLIT_PACKS ? ND_ROWS_SPLIT_PACKS : Pol::kRegBytes / 16;
+
 template <class Op, class T, class Pol, int THREADS>
 static nd_status nd_rows_split_go(const nd_rows_args<T> &a, const typename Op::Params &prm,
                                   int64_t P, const nd_cuda_device_info *di, cudaStream_t s,
                                   const char *name, nd_error *err, bool *ran)
 {
     constexpr int VEC = nd_cuda_type<T>::pack;
-    constexpr int PACKS = ND_ROWS_SPLIT_PACKS ? ND_ROWS_SPLIT_PACKS : Pol::kRegBytes / 16;
+    constexpr int PACKS = nd_split_packs<Pol>;
     static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, one block");
     if (ND_ROWS_SPLIT == 0)
         return ND_OK;
@@ -503,17 +507,13 @@ static nd_status nd_rows_split_try(const nd_rows_args<T> &a, const typename Op::
                                    cudaStream_t s, const char *name, nd_error *err, bool *ran)
 {
     constexpr int E = (int)sizeof(T);
-    constexpr int PACKS = ND_ROWS_SPLIT_PACKS ? ND_ROWS_SPLIT_PACKS : Pol::kRegBytes / 16;
     constexpr int TH = ND_ROWS_SPLIT_THREADS ? ND_ROWS_SPLIT_THREADS : Pol::split_threads(E);
     constexpr int TH_SLOW = ND_ROWS_SPLIT_THREADS ? TH : nd_split_long<Pol>::threads(E, false);
     constexpr int TH_FAST = ND_ROWS_SPLIT_THREADS ? TH : nd_split_long<Pol>::threads(E, true);
     *ran = false;
-    if (P > (int64_t)ND_ROWS_SPLIT_LONG_CHUNKS * TH * PACKS) {
-        if (fast && TH_FAST != TH)
-            return nd_rows_split_go<Op, T, Pol, TH_FAST>(a, prm, P, di, s, name, err, ran);
-        if (!fast && TH_SLOW != TH)
-            return nd_rows_split_go<Op, T, Pol, TH_SLOW>(a, prm, P, di, s, name, err, ran);
-    }
+    if (P > (int64_t)ND_ROWS_SPLIT_LONG_CHUNKS * TH * nd_split_packs<Pol>)
+        return fast ? nd_rows_split_go<Op, T, Pol, TH_FAST>(a, prm, P, di, s, name, err, ran)
+                    : nd_rows_split_go<Op, T, Pol, TH_SLOW>(a, prm, P, di, s, name, err, ran);
     return nd_rows_split_go<Op, T, Pol, TH>(a, prm, P, di, s, name, err, ran);
 }
 
