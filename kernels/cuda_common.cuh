@@ -372,9 +372,39 @@ template <class T> __device__ __forceinline__ uint32_t nd_pack2(float lo, float 
     }
 }
 
+/* One element of global memory through the read-only path (nd_ldg1) or evict-first
+ * (nd_ldcs1), for loads under a guard (a bounds or null check). cuda_fp16.h and cuda_bf16.h give
+ * __half and __nv_bfloat16 their __ldg and __ldcs as inline asm that is not volatile, which the
+ * compiler may take for free of side effects and hoist above the guard: it did, in the exact
+ * warp kernel of 8 float16 columns (ND_ROWS_EXACT), where an absent parameter's element load (a
+ * null pointer) left its null check and the row loop (compute-sanitizer: a read of address 0).
+ * 16-bit elements go through the unsigned short forms, which are volatile. */
+template <class T> __device__ __forceinline__ T nd_ldg1(const T *p)
+{
+    if constexpr (sizeof(T) == 2) {
+        const unsigned short u = __ldg(reinterpret_cast<const unsigned short *>(p));
+        T t;
+        memcpy(&t, &u, sizeof t);
+        return t;
+    } else {
+        return __ldg(p);
+    }
+}
+template <class T> __device__ __forceinline__ T nd_ldcs1(const T *p)
+{
+    if constexpr (sizeof(T) == 2) {
+        const unsigned short u = __ldcs(reinterpret_cast<const unsigned short *>(p));
+        T t;
+        memcpy(&t, &u, sizeof t);
+        return t;
+    } else {
+        return __ldcs(p);
+    }
+}
+
 template <class T> __device__ __forceinline__ float nd_load1(const T *p)
 {
-    return nd_to_float(__ldg(p));
+    return nd_to_float(nd_ldg1(p));
 }
 
 template <class T> __device__ __forceinline__ void nd_store1(T *p, float v)

@@ -104,7 +104,7 @@ __device__ __forceinline__ void nd_row_load_words(const T *row, I c0, I cols, fl
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
             I c = c0 + j;
-            u.pk.v[j] = (c >= 0 && c < cols) ? __ldcs(row + c) : tp;
+            u.pk.v[j] = (c >= 0 && c < cols) ? nd_ldcs1(row + c) : tp;
         }
     }
     o[0] = u.w.x;
@@ -166,7 +166,7 @@ __device__ __forceinline__ void nd_row_load_raw(const T *row, I c0, I cols, floa
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
             I c = c0 + j;
-            u.pk.v[j] = (c >= 0 && c < cols) ? __ldcs(row + c) : tp;
+            u.pk.v[j] = (c >= 0 && c < cols) ? nd_ldcs1(row + c) : tp;
         }
     }
 #pragma unroll
