@@ -136,11 +136,15 @@ struct nd_layernorm_policy : nd_norm_policy {
      *   96.6).
      * On the H200 128 columns (8 x 2) measured within 1.7, 32, 1536 and 2048 lost 2.5-10, and
      * float32 rows lost up to 14 or were within 0.5 (bench/results/rows_tile_h200.txt). */
-    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast)
+    /* On a fast device, rows of exactly 64 or 768 columns (on the grid) take the warp kernel's
+     * exact twin instead (ND_ROWS_EXACT). H200, two alternating rounds, float16 / bfloat16: 64
+     * columns 82.6 / 82.5 -> 91.9 / 90.5, 768 93.8 / 92.6 -> 95.5 / 95.5; at 256, 512 and 1024
+     * the twin lost 2-7 points to the tile kernel (bench/results/rows_exact_h200.txt). */
+    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast, bool exact)
     {
         const bool g = (w == 8 && packs == 4) || (w == 16 && packs == 4) ||
-                       (w == 32 && (packs == 3 || packs == 4));
-        return elem_bytes == 2 && ((w == 4 && packs == 2) || (fast && g)) ? 2 : 0;
+                       (w == 32 && ((packs == 3 && !exact) || packs == 4));
+        return elem_bytes == 2 && ((w == 4 && packs == 2 && !(fast && exact)) || (fast && g)) ? 2 : 0;
     }
     /* Tried after (H100, three alternating rounds, bench/results/rows_hold_h100.txt), none kept:
      *   16-bit rows of 32-63 packs at 2 packs a lane too (256 columns: 16 lanes, parameters

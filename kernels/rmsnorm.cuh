@@ -30,9 +30,17 @@ struct nd_rmsnorm_policy : nd_norm_policy {
     {
         return elem_bytes == 2 ? ND_RMS_SUB_FULL16 : 8 * kSubPacks;
     }
-    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast)
+    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast, bool)
     {
         return elem_bytes == 2 && w == 4 && (packs == 4 || (fast && packs == 2)) ? 2 : 0;
+    }
+    /* The exact twins (ND_ROWS_EXACT) but for float32 rows of 32 columns (H200, two alternating
+     * rounds: 99.9 -> 94.8 / 96.5% of the copy ceiling) and, on a device that is not fast,
+     * 16-bit rows of 64 (H100, one round: float16 / bfloat16 99.1 / 99.7 -> 96.8 / 97.2; on an
+     * H200 they take the tile kernel) (bench/results/rows_exact_h200.txt). */
+    static constexpr bool exact(int elem_bytes, int cols, bool fast)
+    {
+        return elem_bytes == 2 ? fast || cols != 64 : cols > 32;
     }
 };
 

@@ -92,12 +92,12 @@ template <class T, int VEC> __device__ __forceinline__ int nd_grid_offset(const 
  * / read-only-path loads: median -2.2 / -1.3 / -1.0 points of the copy ceiling over 192 shapes,
  * down to -20 / -24 / -13 (long rows, 16-bit 32 columns); the best gain +6.6 (float32 32 columns,
  * default stores) (bench/results/rows_hints_h100.txt). */
-template <class T, int VEC, class I>
+template <class T, int VEC, class I, bool WHOLE = false>
 __device__ __forceinline__ void nd_row_load_words(const T *row, I c0, I cols, float pad, uint32_t *o)
 {
     union { uint4 w; nd_pack<T, VEC> pk; } u;
     static_assert(sizeof(T) * VEC == 16, "packs are 16 bytes");
-    if (c0 >= 0 && c0 + VEC <= cols) {
+    if (WHOLE || (c0 >= 0 && c0 + VEC <= cols)) { /* WHOLE: the caller knows the pack is whole */
         u.w = __ldcs(reinterpret_cast<const uint4 *>(row + c0));
     } else {
         const T tp = nd_from_float<T>(pad);
@@ -186,8 +186,9 @@ __device__ __forceinline__ void nd_row_load(const T *row, I c0, I cols, float pa
 }
 
 /* Parameters: cached loads (they are read by every row); vector only when vec_ok (same grid
- * offset as x). Absent (NULL) parameters read as dflt. */
-template <class T, int VEC, class I>
+ * offset as x) or WHOLE (the caller knows the pack is whole and on the grid). Absent (NULL)
+ * parameters read as dflt. */
+template <class T, int VEC, class I, bool WHOLE = false>
 __device__ __forceinline__ void nd_param_load(const T *p, I c0, I cols, bool vec_ok, float dflt,
                                               float (&o)[VEC])
 {
@@ -195,7 +196,7 @@ __device__ __forceinline__ void nd_param_load(const T *p, I c0, I cols, bool vec
 #pragma unroll
         for (int j = 0; j < VEC; j++)
             o[j] = dflt;
-    } else if (vec_ok && c0 >= 0 && c0 + VEC <= cols) {
+    } else if (WHOLE || (vec_ok && c0 >= 0 && c0 + VEC <= cols)) {
         nd_load_pack<T, VEC>(p + c0, o);
     } else {
 #pragma unroll
@@ -206,11 +207,11 @@ __device__ __forceinline__ void nd_param_load(const T *p, I c0, I cols, bool vec
     }
 }
 
-template <class T, int VEC, class I>
+template <class T, int VEC, class I, bool WHOLE = false>
 __device__ __forceinline__ void nd_row_store(T *row, I c0, I cols, bool vec_ok,
                                              const float (&o)[VEC])
 {
-    if (vec_ok && c0 >= 0 && c0 + VEC <= cols) {
+    if (WHOLE || (vec_ok && c0 >= 0 && c0 + VEC <= cols)) {
         nd_store_pack_stream<T, VEC>(row + c0, o);
     } else {
 #pragma unroll
@@ -238,21 +239,21 @@ __device__ __forceinline__ nd_row_out nd_row_out_make(const nd_rows_args<T> &a, 
     return o;
 }
 
-/* Write one pack of output: parameters, Op::out, store. */
-template <class Op, class T, int VEC, bool STREAM, class I, class G>
+/* Write one pack of output: parameters, Op::out, store (WHOLE: a whole pack on the grid). */
+template <class Op, class T, int VEC, bool STREAM, class I, bool WHOLE = false, class G>
 __device__ __forceinline__ void nd_row_emit(const nd_rows_args<T> &a, const typename Op::Params &prm,
                                             const typename Op::State &st, T *yrow, I c0, I cols,
                                             nd_row_out ro, G v)
 {
     float g[VEC], b[VEC], o[VEC];
     if (Op::kParams >= 1)
-        nd_param_load<T, VEC, I>(a.p0, c0, cols, ro.p0_vec, 1.0f, g);
+        nd_param_load<T, VEC, I, WHOLE>(a.p0, c0, cols, ro.p0_vec, 1.0f, g);
     if (Op::kParams >= 2)
-        nd_param_load<T, VEC, I>(a.p1, c0, cols, ro.p1_vec, 0.0f, b);
+        nd_param_load<T, VEC, I, WHOLE>(a.p1, c0, cols, ro.p1_vec, 0.0f, b);
 #pragma unroll
     for (int j = 0; j < VEC; j++)
         o[j] = STREAM ? Op::out_stream(st, prm, v(j), g[j], b[j]) : Op::out(st, prm, v(j), g[j], b[j]);
-    nd_row_store<T, VEC, I>(yrow, c0, cols, ro.y_vec, o);
+    nd_row_store<T, VEC, I, WHOLE>(yrow, c0, cols, ro.y_vec, o);
     /* A compiler-only barrier: the next pack's parameter loads are not hoisted above this store,
      * so only one pack of gamma/beta is live at a time (hoisting them all spilled registers). */
     asm volatile("" ::: "memory");
@@ -290,8 +291,9 @@ template <class Op, class T, int VEC, int HOLD = 1> struct nd_param_pipe {
         for (int k = 0; k < HOLD && k < PACKS; k++)
             load(a, c_first + k * stride, k);
     }
-    /* pack i of this lane starts at column c_first + i * stride; v holds its elements */
-    template <int PACKS, class V>
+    /* pack i of this lane starts at column c_first + i * stride; v holds its elements (WHOLE:
+     * y's packs are whole and on the grid) */
+    template <int PACKS, bool WHOLE = false, class V>
     __device__ __forceinline__ void emit(const nd_rows_args<T> &a, const typename Op::Params &prm,
                                          const typename Op::State &st, T *yrow, int c_first,
                                          int stride, bool y_vec, const V &v)
@@ -309,7 +311,7 @@ template <class Op, class T, int VEC, int HOLD = 1> struct nd_param_pipe {
             for (int j = 0; j < VEC; j++)
                 o[j] = Op::out(st, prm, v.get(i * VEC + j), gp.get(j),
                                Op::kParams >= 2 ? bp.get(j) : 0.0f);
-            nd_row_store<T, VEC, int>(yrow, c0, (int)a.cols, y_vec, o);
+            nd_row_store<T, VEC, int, WHOLE>(yrow, c0, (int)a.cols, y_vec, o);
         }
     }
 };
@@ -408,6 +410,40 @@ template <class T> __host__ __device__ constexpr bool nd_block_pipe_ok(int packs
     return sizeof(T) == 4 ? packs < 7 : packs <= ND_ROWS_PIPE16_MAX_PACKS;
 }
 
+/* 1: rows of exactly a warp or plain block kernel's geometry (W lanes x PACKS packs, or THREADS
+ * x PACKS packs), with x, y and the parameters on the 16-byte grid, take a twin of that kernel
+ * with the row length compiled in (template argument XC): x loaded without a bounds check on any
+ * pack, no grid offsets, and the row length's conversions (1/n, LayerNorm's double n) folded
+ * into constants. The generic kernels' PTX is 2-3x the twins' (every pack has a partial-pack
+ * path); most rows a model has are such a length. H200, two alternating rounds against the
+ * generic kernels (bench/results/rows_exact_h200.txt), % of the copy ceiling: LayerNorm
+ * float16 / bfloat16 128 columns 77.8 / 79.2 -> 85.5 / 83.4, 8192 91.2 / 91.1 -> 97.0 / 96.6,
+ * 16384 86.3 / 86.4 -> 97.0 / 97.8, 32768 89.8 / 90.3 -> 98.1 / 93.3, float32 32 90.8 -> 101.1,
+ * 64 87.8 -> 93.5; softmax 16-bit 64 92.6 -> 97.4 / 100.0, log_softmax 92.3-93.1 -> 97.5-99.8;
+ * RMSNorm 16-bit 768 93.4 / 94.0 -> 97.6 / 97.7; most other widths of 32-32768 columns within
+ * -1.5 to +2.5; on an H100 (one round) LayerNorm 16-bit 32-256 columns +1.3 to +5.1, 8192-32768
+ * +1.2, most widths within 1. The policies' exact() keeps the generic kernel where the twin
+ * lost (float32 softmax, log_softmax and RMSNorm at 32 columns, 99.3-99.9 -> 94.2-96.5; their
+ * 16-bit 64 columns on an H100, up to -10.5), and LayerNorm's tile_tiles leaves it 16-bit rows
+ * of 64 and 768 columns on an H200. */
+#ifndef ND_ROWS_EXACT
+#define ND_ROWS_EXACT 1
+#endif
+/* 1: the exact block kernel of an op with two parameters (LayerNorm) loads them and stores y
+ * without bounds checks too; others check them as the generic kernels do. The same run: LayerNorm
+ * 16-bit 16384 columns 90.7 / 91.8 (x only) -> 97.0 / 97.8, 32768 91.7 / 92.8 -> 98.1 / 93.3,
+ * 8192 +1.1 / +1.4; softmax, log_softmax and RMSNorm at 2048-16384 columns lost 0.3-1.2 that
+ * way. In the exact warp kernel it lost 5-10 points (16-bit 32-64 columns; call 1 of
+ * bench/results/rows_exact_h200.txt, one round), which checks them. */
+#ifndef ND_ROWS_EXACT_OUT
+#define ND_ROWS_EXACT_OUT 1
+#endif
+/* 1: the exact plain block kernel of 16-bit rows takes the row length through nd_ctx_cols_here
+ * after its loads, as the generic one does (see ND_ROWS_BLOCK_LATE_N), rather than as a
+ * constant: as a constant, LayerNorm's kernels of 5-8 packs spilled 4-16 bytes (nvcc 13). */
+#ifndef ND_ROWS_EXACT_LATE_N
+#define ND_ROWS_EXACT_LATE_N 1
+#endif
 /* 1: the warp kernel converts the row length to float (ctx.n, and ctx.cols as the statistics
  * see it) after its loads are issued, not before: a warp issues in order, and the compiler had
  * hoisted the conversions, 1/n with its slow-path branch and a 4-byte local store ahead of the
@@ -497,7 +533,9 @@ template <class Op> __host__ __device__ constexpr bool nd_wide_regs(int elem_byt
         return false;
 }
 
-template <int W, int R, int PACKS, int VEC> struct nd_warp_ctx {
+/* XC > 0: rows of exactly XC = W * PACKS * VEC columns on the 16-byte grid (ND_ROWS_EXACT):
+ * every lane full, h[] 0, cols == XC. */
+template <int W, int R, int PACKS, int VEC, int XC = 0> struct nd_warp_ctx {
     int h[R];
     int gl;
     int cols;
@@ -506,12 +544,13 @@ template <int W, int R, int PACKS, int VEC> struct nd_warp_ctx {
     __device__ __forceinline__ bool valid(int r, int e) const
     {
         int c = ((e / VEC) * W + gl) * VEC + (e % VEC) - h[r];
-        return c >= 0 && c < cols;
+        return XC > 0 || (c >= 0 && c < cols);
     }
     /* true when every element this lane holds of row r is in the row (no pads) */
     __device__ __forceinline__ bool full(int r) const
     {
-        return (gl > 0 || h[r] == 0) && ((PACKS - 1) * W + gl + 1) * VEC - h[r] <= cols;
+        return XC > 0 ||
+               ((gl > 0 || h[r] == 0) && ((PACKS - 1) * W + gl + 1) * VEC - h[r] <= cols);
     }
     template <int K, class O> __device__ __forceinline__ void allreduce(float (&v)[K], O op) const
     {
@@ -525,7 +564,7 @@ template <int W, int R, int PACKS, int VEC> struct nd_warp_ctx {
     }
 };
 
-template <class Op, class T, int VEC, int PACKS, int W, int R>
+template <class Op, class T, int VEC, int PACKS, int W, int R, int XC = 0>
 __global__ void __launch_bounds__(ND_ROWS_WARP_BLOCK,
                                   nd_rows_min_blocks<Op>(ND_CTX_WARP, (int)sizeof(T), PACKS,
                                                          ND_ROWS_WARP_BLOCK,
@@ -539,10 +578,13 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
     const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
 
-    nd_warp_ctx<W, R, PACKS, VEC> ctx;
+    /* XC > 0 (ND_ROWS_EXACT): rows of XC columns, every pack whole and on the grid */
+    constexpr bool WH = XC > 0;
+    const int64_t acols = WH ? (int64_t)XC : a.cols;
+    nd_warp_ctx<W, R, PACKS, VEC, XC> ctx;
     ctx.gl = gl;
-    ctx.cols = (int)a.cols;
-    ctx.n = (float)a.cols;
+    ctx.cols = (int)acols;
+    ctx.n = (float)acols;
 
     /* pf[r * PACKS + i][thread]: the next iteration's packs, loaded while this one computes */
     constexpr bool PF = false; /* see ND_ROWS_PREFETCH */
@@ -576,20 +618,22 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
 #pragma unroll
         for (int r = 0; r < R; r++) {
             row[r] = base + r * GPW + grp;
-            ctx.h[r] = nd_grid_offset<T, VEC>(a.x + (row[r] < a.rows ? row[r] : 0) * a.cols);
+            /* a row past the end reads row 0 whole (WH) or as pads */
+            const T *xrow = a.x + (row[r] < a.rows ? row[r] : 0) * acols;
+            ctx.h[r] = WH ? 0 : nd_grid_offset<T, VEC>(xrow);
 #pragma unroll
             for (int i = 0; i < PACKS; i++) {
                 uint32_t wds[4];
                 if (PF)
                     nd_slot_words(&pf[r * PACKS + i][threadIdx.x], wds);
                 else
-                    nd_row_load_words<T, VEC, int>(a.x + (row[r] < a.rows ? row[r] : 0) * a.cols,
-                                                   (i * W + gl) * VEC - ctx.h[r],
-                                                   row[r] < a.rows ? ctx.cols : 0, Op::kPad, wds);
+                    nd_row_load_words<T, VEC, int, WH>(xrow, (i * W + gl) * VEC - ctx.h[r],
+                                                       row[r] < a.rows ? ctx.cols : 0, Op::kPad,
+                                                       wds);
                 v[r].put_pack(i, wds);
             }
         }
-        if constexpr (ND_ROWS_WARP_LATE_N)
+        if constexpr (ND_ROWS_WARP_LATE_N && !WH)
             nd_ctx_cols_here(ctx);
         if (PF && base + step < a.rows)
             prefetch(base + step);
@@ -614,7 +658,7 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
         }
         if constexpr (PIPE) {
             if (pipe) {
-                T *yrow = a.y + row[0] * a.cols;
+                T *yrow = a.y + row[0] * acols;
                 pp.template emit<PACKS>(a, prm, st[0], yrow, gl * VEC - ctx.h[0], W * VEC,
                                         nd_grid_offset<T, VEC>(yrow) == ctx.h[0], v[0]);
                 continue;
@@ -636,12 +680,13 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
                 for (int r = 0; r < R; r++) {
                     if (row[r] >= a.rows)
                         continue;
-                    T *yrow = a.y + row[r] * a.cols;
+                    T *yrow = a.y + row[r] * acols;
                     float o[VEC];
 #pragma unroll
                     for (int j = 0; j < VEC; j++)
                         o[j] = Op::out(st[r], prm, v[r].get(i * VEC + j), g[j], b[j]);
-                    nd_row_store<T, VEC, int>(yrow, c0, ctx.cols, nd_grid_offset<T, VEC>(yrow) == h, o);
+                    nd_row_store<T, VEC, int>(yrow, c0, ctx.cols,
+                                              nd_grid_offset<T, VEC>(yrow) == h, o);
                 }
                 asm volatile("" ::: "memory");
             }
@@ -651,7 +696,7 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
         for (int r = 0; r < R; r++) {
             if (row[r] >= a.rows)
                 continue;
-            T *yrow = a.y + row[r] * a.cols;
+            T *yrow = a.y + row[r] * acols;
             const nd_row_out ro = nd_row_out_make<T, VEC>(a, yrow, ctx.h[r]);
 #pragma unroll
             for (int i = 0; i < PACKS; i++) {
@@ -716,8 +761,18 @@ template <int VEC, int PACKS> struct nd_group_row {
     __device__ __forceinline__ float first(int, float) const { return x0; }
 };
 
-template <bool CLUSTER, int VEC, int PACKS> struct nd_block_ctx : nd_group_row<VEC, PACKS> {
+/* XC > 0: rows of exactly XC = G * PACKS * VEC columns on the 16-byte grid (ND_ROWS_EXACT). */
+template <bool CLUSTER, int VEC, int PACKS, int XC = 0>
+struct nd_block_ctx : nd_group_row<VEC, PACKS> {
     static constexpr int kKind = CLUSTER ? ND_CTX_CROSS_BLOCK : ND_CTX_BLOCK;
+    __device__ __forceinline__ bool valid(int r, int e) const
+    {
+        return XC > 0 || nd_group_row<VEC, PACKS>::valid(r, e);
+    }
+    __device__ __forceinline__ bool full(int r) const
+    {
+        return XC > 0 || nd_group_row<VEC, PACKS>::full(r);
+    }
     int *round;
     void *smem; /* nd_cluster_reduce_smem<K> for the largest K used */
     template <int K, class O> __device__ __forceinline__ void allreduce(float (&v)[K], O op) const
@@ -733,7 +788,7 @@ template <bool CLUSTER, int VEC, int PACKS> struct nd_block_ctx : nd_group_row<V
 /* Shared memory for every all-reduce an op makes with up to 4 floats. */
 typedef nd_cluster_reduce_smem<4> nd_rows_reduce_smem;
 
-template <class Op, class T, int VEC, int PACKS, int THREADS, bool CLUSTER>
+template <class Op, class T, int VEC, int PACKS, int THREADS, bool CLUSTER, int XC = 0>
 __global__ void __launch_bounds__(THREADS,
                                   CLUSTER ? ND_ROWS_MIN_THREADS_PER_SM / THREADS
                                           : nd_rows_min_blocks<Op>(ND_CTX_BLOCK, (int)sizeof(T),
@@ -743,15 +798,20 @@ __global__ void __launch_bounds__(THREADS,
 nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
 {
     constexpr int N = PACKS * VEC;
+    /* XC > 0 (ND_ROWS_EXACT, plain blocks): rows of XC columns, every pack whole and on the grid */
+    static_assert(XC == 0 || (!CLUSTER && XC == THREADS * PACKS * VEC), "exact rows: one block's");
+    constexpr bool WH = XC > 0;
+    constexpr bool WO = WH && ND_ROWS_EXACT_OUT && Op::kParams >= 2; /* y, parameters unchecked */
+    const int64_t acols = WH ? (int64_t)XC : a.cols;
     __shared__ nd_rows_reduce_smem smem;
     int round = 0;
     unsigned rank, csize;
     nd_cluster_place(CLUSTER, rank, csize);
-    nd_block_ctx<CLUSTER, VEC, PACKS> ctx;
+    nd_block_ctx<CLUSTER, VEC, PACKS, XC> ctx;
     ctx.g = (int)(rank * THREADS + threadIdx.x);
     ctx.G = (int)(csize * THREADS);
-    ctx.cols = (int)a.cols;
-    ctx.n = (float)a.cols;
+    ctx.cols = (int)acols;
+    ctx.n = (float)acols;
     ctx.round = &round;
     ctx.smem = &smem;
 
@@ -773,8 +833,8 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
     if (PF && row < a.rows)
         prefetch(row);
     for (; row < a.rows; row += step) {
-        const T *xrow = a.x + row * a.cols;
-        ctx.h = nd_grid_offset<T, VEC>(xrow);
+        const T *xrow = a.x + row * acols;
+        ctx.h = WH ? 0 : nd_grid_offset<T, VEC>(xrow);
         constexpr bool X0_LATE = ND_ROWS_X0_LATE && sizeof(T) == 2;
         if (!X0_LATE) /* dropped by the compiler when the op does not use it */
             ctx.x0 = nd_to_float(__ldg(xrow));
@@ -786,10 +846,11 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
             if (PF)
                 nd_slot_words(&pf[i * THREADS + threadIdx.x], &v[0].w[i * 4]);
             else
-                nd_row_load_words<T, VEC, int>(xrow, (i * ctx.G + ctx.g) * VEC - ctx.h, ctx.cols,
-                                               Op::kPad, &v[0].w[i * 4]);
+                nd_row_load_words<T, VEC, int, WH>(xrow, (i * ctx.G + ctx.g) * VEC - ctx.h,
+                                                   ctx.cols, Op::kPad, &v[0].w[i * 4]);
         }
-        if constexpr (ND_ROWS_BLOCK_LATE_N && !CLUSTER && sizeof(T) == 2)
+        if constexpr (ND_ROWS_BLOCK_LATE_N && !CLUSTER && (ND_ROWS_EXACT_LATE_N || !WH) &&
+                      sizeof(T) == 2)
             nd_ctx_cols_here(ctx);
         if (X0_LATE)
             ctx.x0 = nd_to_float(__ldg(xrow)); /* see ND_ROWS_X0_LATE */
@@ -809,11 +870,11 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
         Op::template stats<1, N>(v, st, ctx, prm);
         if (ctx.g == 0)
             Op::write_stats(st[0], row, prm);
-        T *yrow = a.y + row * a.cols;
+        T *yrow = a.y + row * acols;
         if constexpr (PIPE) {
             if (pipe) {
-                pp.template emit<PACKS>(a, prm, st[0], yrow, ctx.g * VEC - ctx.h, ctx.G * VEC,
-                                        nd_grid_offset<T, VEC>(yrow) == ctx.h, v[0]);
+                pp.template emit<PACKS, WO>(a, prm, st[0], yrow, ctx.g * VEC - ctx.h, ctx.G * VEC,
+                                            nd_grid_offset<T, VEC>(yrow) == ctx.h, v[0]);
                 continue;
             }
         }
@@ -821,8 +882,8 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
 #pragma unroll
         for (int i = 0; i < PACKS; i++) {
             int c0 = (i * ctx.G + ctx.g) * VEC - ctx.h;
-            nd_row_emit<Op, T, VEC, false, int>(a, prm, st[0], yrow, c0, ctx.cols, ro,
-                                                [&](int j) { return v[0].get(i * VEC + j); });
+            nd_row_emit<Op, T, VEC, false, int, WO>(a, prm, st[0], yrow, c0, ctx.cols, ro,
+                                                    [&](int j) { return v[0].get(i * VEC + j); });
         }
     }
     nd_cluster_leave(CLUSTER);
@@ -1000,6 +1061,35 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
 #define ND_ROWS_FAST_GBPS 4000.0
 #endif
 
+/* Whether every pack of every row of a is whole and on the 16-byte grid, in x, y and the
+ * parameters: a row of whole packs then needs no bounds checks (ND_ROWS_EXACT). */
+template <class T> static inline bool nd_rows_on_grid(const nd_rows_args<T> &a)
+{
+    return nd_aligned(a.x, 16) && nd_aligned(a.y, 16) && (!a.p0 || nd_aligned(a.p0, 16)) &&
+           (!a.p1 || nd_aligned(a.p1, 16)) && a.cols % (16 / (int64_t)sizeof(T)) == 0;
+}
+
+/* The warp kernel for groups of W lanes x PACKS packs, R rows a group; its exact twin where
+ * `exact` (the rows are W * PACKS * VEC columns on the grid and the policy takes the twin). */
+template <class Op, class T, int VEC, int PACKS, int W, int R>
+static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::Params &prm,
+                                  bool exact, const nd_cuda_device_info *di, cudaStream_t s,
+                                  const char *name, nd_error *err)
+{
+    constexpr int XC = W * PACKS * VEC;
+    const int64_t units = (a.rows + (ND_ROWS_WARP_BLOCK / W) * R - 1) / ((ND_ROWS_WARP_BLOCK / W) * R);
+    if constexpr (ND_ROWS_EXACT) {
+        if (exact) {
+            ND_PLAN("warp W=%d packs=%d R=%d exact", W, PACKS, R);
+            return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R, XC>,
+                                  ND_ROWS_WARP_BLOCK, 1, 0, units, di, s, err, name, a, prm);
+        }
+    }
+    ND_PLAN("warp W=%d packs=%d R=%d", W, PACKS, R);
+    return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R>, ND_ROWS_WARP_BLOCK, 1, 0,
+                          units, di, s, err, name, a, prm);
+}
+
 #include "rows_split.cuh"
 #include "rows_tile.cuh"
 
@@ -1021,9 +1111,14 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
  *                  ND_ROWS_FAST_GBPS or more (fast) or less (rows_split.cuh)
  *   kClusterMax    largest cluster (<= 16)
  *   kStreamThreads block size of the stream kernel
- *   tile_tiles(element bytes, w, packs, fast)  tiles a block of the tile kernel takes for the
- *                  warp kernel's groups of w lanes x packs packs (rows_tile.cuh) on a device of
- *                  ND_ROWS_FAST_GBPS or more (fast) or less; 0: the warp kernel
+ *   tile_tiles(element bytes, w, packs, fast, exact)  tiles a block of the tile kernel takes
+ *                  for the warp kernel's groups of w lanes x packs packs (rows_tile.cuh) on a
+ *                  device of ND_ROWS_FAST_GBPS or more (fast) or less, for rows of exactly
+ *                  the geometry's length (exact: the warp kernel's exact twin is the other
+ *                  choice) or not; 0: the warp kernel
+ *   exact(element bytes, cols, fast)  whether rows of exactly a warp or block kernel's cols
+ *                  columns, on the 16-byte grid, take that kernel's exact twin (ND_ROWS_EXACT)
+ *                  on a device of the fast class or not
  * Choice by P, the most 16-byte packs any row spans:
  *   P <= 16 * kSubPacks          warp kernel, W = P / SP rounded up to a power of two lanes per
  *                                row, SP = kSubPacks packs per lane (kSubPacks / 2 below
@@ -1033,7 +1128,7 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
  *                                to +12, but -15 to -33 where it left a lane alone on a row
  *   P <= 32 * PM                 warp kernel, a full warp per row, ceil(P / 32) packs per lane
  *                                (both warp branches: the tile kernel, same W and packs, where
- *                                the policy's tile_tiles(element bytes, W, packs, fast) > 0 and
+ *                                the policy's tile_tiles(element bytes, W, packs, fast, exact) > 0 and
  *                                nd_rows_tile_ok: x, y on the 16-byte grid, whole packs a row)
  *   P <= kBlockMax * PM          block kernel, the smallest block that holds the row
  *   P > kBlockMax * PM           split kernel (rows_split.cuh): chunk blocks of split_threads
@@ -1065,6 +1160,11 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
     const int max_cluster = di->cluster_launch ? Pol::kClusterMax : 1;
     const bool tile = nd_rows_tile_ok(a, di); /* the warp kernel's rows, x through the copy engine */
     const bool fast = di->mem_gbps >= ND_ROWS_FAST_GBPS; /* the policies' routes by device */
+    /* whether the rows take the exact twin of a kernel of xc columns (ND_ROWS_EXACT) */
+    const bool on_grid = nd_rows_on_grid(a);
+    auto exact = [&](int xc) {
+        return ND_ROWS_EXACT && on_grid && a.cols == xc && Pol::exact((int)sizeof(T), xc, fast);
+    };
 
     /* Every nd_rows_pick below starts at the least its branch is given (the branches before it
      * take the smaller rows, as noted at each): a lower start would only compile kernels that no
@@ -1083,14 +1183,11 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                 constexpr int PACKS = decltype(pk)::value;
                 constexpr int RW = Pol::rows_in_flight(W, PACKS);
                 constexpr int R = PACKS >= RW ? 1 : RW / PACKS;
+                const bool ex = exact(W * PACKS * VEC);
                 if constexpr (nd_rows_tiles_any<Pol>((int)sizeof(T), W, PACKS) > 0)
-                    if (const int tiles = tile ? nd_rows_tiles<Pol>((int)sizeof(T), W, PACKS, fast) : 0)
+                    if (const int tiles = tile ? nd_rows_tiles<Pol>((int)sizeof(T), W, PACKS, fast, ex) : 0)
                         return nd_rows_tile_run<Op, T, VEC, PACKS, W>(a, prm, tiles, di, s, name, err);
-                ND_PLAN("warp W=%d packs=%d R=%d", W, PACKS, R);
-                return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R>, ND_ROWS_WARP_BLOCK,
-                                      1, 0, (a.rows + (ND_ROWS_WARP_BLOCK / W) * R - 1) /
-                                                ((ND_ROWS_WARP_BLOCK / W) * R),
-                                      di, s, err, name, a, prm);
+                return nd_rows_warp_run<Op, T, VEC, PACKS, W, R>(a, prm, ex, di, s, name, err);
             });
         });
     };
@@ -1103,14 +1200,11 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             constexpr int PACKS = decltype(pk)::value;
             constexpr int RW = Pol::rows_in_flight(32, PACKS);
             constexpr int R = PACKS >= RW ? 1 : RW / PACKS;
+            const bool ex = exact(32 * PACKS * VEC);
             if constexpr (nd_rows_tiles_any<Pol>((int)sizeof(T), 32, PACKS) > 0)
-                if (const int tiles = tile ? nd_rows_tiles<Pol>((int)sizeof(T), 32, PACKS, fast) : 0)
+                if (const int tiles = tile ? nd_rows_tiles<Pol>((int)sizeof(T), 32, PACKS, fast, ex) : 0)
                     return nd_rows_tile_run<Op, T, VEC, PACKS, 32>(a, prm, tiles, di, s, name, err);
-            ND_PLAN("warp W=32 packs=%d R=%d", PACKS, R);
-            return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, 32, R>, ND_ROWS_WARP_BLOCK,
-                                  1, 0, (a.rows + (ND_ROWS_WARP_BLOCK / 32) * R - 1) /
-                                         ((ND_ROWS_WARP_BLOCK / 32) * R),
-                                  di, s, err, name, a, prm);
+            return nd_rows_warp_run<Op, T, VEC, PACKS, 32, R>(a, prm, ex, di, s, name, err);
         });
     }
     if (P <= cap_block) {
@@ -1124,6 +1218,14 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             constexpr int TH = decltype(th)::value;
             return nd_rows_pick<(TH == BMIN ? 32 * PM / BMIN + 1 : PM / 2 + 1), PM>(packs, [&](auto pk) {
                 constexpr int PACKS = decltype(pk)::value;
+                if constexpr (ND_ROWS_EXACT) {
+                    constexpr int XC = TH * PACKS * VEC;
+                    if (exact(XC)) {
+                        ND_PLAN("block packs=%d exact", PACKS);
+                        return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, XC>,
+                                              TH, 1, 0, a.rows, di, s, err, name, a, prm);
+                    }
+                }
                 ND_PLAN("block packs=%d", PACKS);
                 return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false>, TH, 1, 0,
                                       a.rows, di, s, err, name, a, prm);

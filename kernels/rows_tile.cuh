@@ -256,20 +256,24 @@ static inline bool nd_rows_tile_ok(const nd_rows_args<T> &a, const nd_cuda_devic
 }
 
 /* Tiles a block of the tile kernel takes for warp-kernel groups of w lanes x packs packs: the
- * policy's tile_tiles(element bytes, w, packs, fast) for a device of the fast class or not (0:
- * the warp kernel), or ND_ROWS_TILE 2's everywhere. nd_rows_tiles_any: on some device (the
- * kernels that are compiled). */
-template <class Pol> constexpr int nd_rows_tiles(int elem_bytes, int w, int packs, bool fast)
+ * policy's tile_tiles(element bytes, w, packs, fast, exact) for a device of the fast class or
+ * not and rows that would take the warp kernel's exact twin or not (0: the warp kernel), or
+ * ND_ROWS_TILE 2's everywhere. nd_rows_tiles_any: on some device, for some rows (the kernels
+ * that are compiled). */
+template <class Pol> constexpr int nd_rows_tiles(int elem_bytes, int w, int packs, bool fast, bool exact)
 {
-    return ND_ROWS_TILE == 2 && Pol::tile_tiles(elem_bytes, w, packs, fast) == 0
+    return ND_ROWS_TILE == 2 && Pol::tile_tiles(elem_bytes, w, packs, fast, exact) == 0
                ? 2
-               : Pol::tile_tiles(elem_bytes, w, packs, fast);
+               : Pol::tile_tiles(elem_bytes, w, packs, fast, exact);
 }
 template <class Pol> constexpr int nd_rows_tiles_any(int elem_bytes, int w, int packs)
 {
-    const int slow = nd_rows_tiles<Pol>(elem_bytes, w, packs, false),
-              fast = nd_rows_tiles<Pol>(elem_bytes, w, packs, true);
-    return slow > fast ? slow : fast;
+    int most = 0;
+    for (int k = 0; k < 4; k++) {
+        const int t = nd_rows_tiles<Pol>(elem_bytes, w, packs, k & 1, k & 2);
+        most = t > most ? t : most;
+    }
+    return most;
 }
 
 /* Rows of the warp kernel's geometry (W lanes, PACKS packs) through the tile kernel, `tiles`

@@ -89,11 +89,20 @@ template <bool LOG> struct nd_softmax_policy {
      * log_softmax 89.0 -> 95.5; H100 softmax within 1, log_softmax 99.9 -> 98.5. The other widths
      * measured (H200) lost 2-15 points with an earlier form of the kernel
      * (bench/results/rows_tile_h200.txt). */
-    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast)
+    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast, bool)
     {
         return (elem_bytes == 2 && w == 4 && packs == 4) || (fast && elem_bytes == 4 && w == 8 && packs == 2)
                    ? 2
                    : 0;
+    }
+    /* The exact twins (ND_ROWS_EXACT) but for float32 rows of 32 columns (H200, two alternating
+     * rounds: softmax 99.3 -> 94.2, log_softmax 99.8 -> 95.3-95.6% of the copy ceiling) and, on
+     * a device that is not fast, 16-bit rows of 64 (H100, one round: softmax float16 / bfloat16
+     * 105.2 / 105.1 -> 94.7 / 96.6, log_softmax 100.8 / 100.4 -> 96.8 / 95.7, where an H200 went
+     * softmax 93.6 / 93.5 -> 97.4 / 101.0) (bench/results/rows_exact_h200.txt). */
+    static constexpr bool exact(int elem_bytes, int cols, bool fast)
+    {
+        return elem_bytes == 2 ? fast || cols != 64 : cols > 32;
     }
     /* Threads of a split kernel's chunk block (rows_split.cuh): 256, 8 packs each (32 KB of
      * float32, 64 KB of 16-bit). H100, three alternating rounds, 512 -> 256, % of the copy
