@@ -3,14 +3,16 @@
 # every build once in the order given (so drift in the machine spreads over all of them), then the
 # median % of the same-run copy ceiling per shape and build, and each build's plan.
 #
-#   ROUNDS=3 SUITE=axis [BENCH_ARGS="--op softmax"] [TORCH=1] bench/ab_rounds.sh BIN...
+#   ROUNDS=3 SUITE=axis [BENCH_ARGS="--op softmax"] [TORCH=1 [TORCH_ARGS="--op softmax"]] \
+#       bench/ab_rounds.sh BIN...
 #
 # Writes NAME_rR.csv per build (NAME: the binary's name) and summary.txt into $OUT (or
 # bench/results/ab). TORCH=1 also runs torch_bench.py on the same shapes (eager and
-# torch.compile, after 4 warm-shard processes) and appends plot.py's joined table for the first
-# build's first round. Build the binaries with bench/ab_variant.sh.
+# torch.compile, after 4 warm-shard processes; TORCH_ARGS: its --op, --dtype, --cols) and appends
+# plot.py's joined table for the first build's first round. Build the binaries with
+# bench/ab_variant.sh.
 set -uo pipefail
-[ $# -ge 1 ] || { sed -n '2,11p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,13p' "$0" >&2; exit 2; }
 OUT=${OUT:-bench/results/ab}
 mkdir -p "$OUT"
 ROUNDS=${ROUNDS:-3}
@@ -29,10 +31,13 @@ for b in "$@"; do names="$names $(basename "$b")"; done
 python3 bench/ab_summary.py "$OUT" $names > "$OUT/summary.txt"
 if [ "${TORCH:-0}" = 1 ]; then
     for i in 0 1 2 3; do
-        timeout 300 python3 bench/torch_bench.py --suite "$SUITE" --warm-shard "$i/4" > /dev/null 2>&1 &
+        # shellcheck disable=SC2086
+        timeout 300 python3 bench/torch_bench.py --suite "$SUITE" ${TORCH_ARGS:-} --warm-shard "$i/4" \
+            > /dev/null 2>&1 &
     done
     wait
-    timeout 600 python3 bench/torch_bench.py --suite "$SUITE" --impl eager,compile \
+    # shellcheck disable=SC2086
+    timeout 600 python3 bench/torch_bench.py --suite "$SUITE" ${TORCH_ARGS:-} --impl eager,compile \
         --csv "$OUT/torch.csv" > "$OUT/torch.log" 2>&1
     first=$(basename "$1")
     python3 bench/plot.py --table "$OUT/${first}_r1.csv" "$OUT/torch.csv" >> "$OUT/summary.txt"

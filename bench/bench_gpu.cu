@@ -43,13 +43,18 @@ struct shape {
                                     prelu: (N, C, HW) */
 };
 
-static std::vector<shape> make_shapes(bool quick)
+/* The suites' shapes, and rows of 49152 x each width of `extra` that the rows suite lacks
+ * (widths up to 32768: --cols 5120 measures a width the list does not have). */
+static std::vector<shape> make_shapes(bool quick, const std::vector<int64_t> &extra)
 {
     std::vector<shape> v;
     const char *row_ops[] = {"layernorm", "rmsnorm", "softmax", "log_softmax"};
     std::vector<int64_t> cols = {32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 4096, 8192, 16384, 32768};
     if (quick)
         cols = {32, 256, 1024, 4096, 32768};
+    for (int64_t c : extra)
+        if (c >= 1 && c <= 32768 && std::find(cols.begin(), cols.end(), c) == cols.end())
+            cols.push_back(c);
     for (const char *op : row_ops) {
         for (int64_t c : cols) {
             char nm[64];
@@ -101,7 +106,8 @@ static std::vector<shape> make_shapes(bool quick)
 int main(int argc, char **argv)
 {
     std::string suite = "all", only_op, only_dtype, csv = "bench/results/gpu.csv";
-    std::vector<int64_t> only_cols; /* --cols 65536,262144: any of these */
+    std::vector<int64_t> only_cols; /* --cols 65536,5120: any of these (rows of a width the
+                                       list lacks, up to 32768: 49152 of them) */
     bool quick = false;
     long rest_ms = 0, pre_alloc_mb = 0;
     g_warm_ms = 50.0;
@@ -164,7 +170,7 @@ int main(int argc, char **argv)
         CK(cudaFree(p));
     }
     const nd_dtype dts[] = {ND_FLOAT32, ND_FLOAT16, ND_BFLOAT16};
-    for (const shape &sh : make_shapes(quick)) {
+    for (const shape &sh : make_shapes(quick, only_cols)) {
         if (suite != "all" && suite != sh.suite)
             continue;
         if (!only_op.empty() && only_op != sh.op)

@@ -30,11 +30,12 @@ WARM_MS = 50.0  # --warm-ms
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def make_shapes(quick):
+def make_shapes(quick, extra=()):
     v = []
     cols = [32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 4096, 8192, 16384, 32768]
     if quick:
         cols = [32, 256, 1024, 4096, 32768]
+    cols += [c for c in extra if 1 <= c <= 32768 and c not in cols]  # as bench_gpu --cols
     for op in ("layernorm", "rmsnorm", "softmax", "log_softmax"):
         for c in cols:
             v.append(("rows", op, f"49152x{c}", (49152, c), -1))
@@ -120,6 +121,9 @@ def main():
     ap.add_argument("--csv", default="bench/results/torch.csv")
     ap.add_argument("--impl", default="eager,compile")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--cols", default="",
+                    help="N[,N...]: only shapes of these last-axis widths, rows of 49152 x N "
+                         "added for widths the list lacks (as bench_gpu --cols)")
     ap.add_argument("--warm-shard", default="",
                     help="i/n: only compile (and run once) every n-th shape from i, to fill "
                          "Inductor's on-disk caches in parallel before a timing run; no CSV")
@@ -129,13 +133,17 @@ def main():
                     help="stop starting new torch.compile measurements after this many seconds")
     args = ap.parse_args()
     WARM_MS = args.warm_ms
+    only_cols = [int(c) for c in args.cols.split(",") if c]
+
+    def shapes():
+        return [s for s in make_shapes(args.quick, only_cols)
+                if args.suite in ("all", s[0]) and (not args.op or args.op == s[1])
+                and (not only_cols or s[3][s[4]] in only_cols)]
     impls = args.impl.split(",")
     t_start = time.time()
     if args.warm_shard:
         i, n = map(int, args.warm_shard.split("/"))
-        for j, (suite, op, sname, shape, axis) in enumerate(
-                [s for s in make_shapes(args.quick)
-                 if args.suite in ("all", s[0]) and (not args.op or args.op == s[1])]):
+        for j, (suite, op, sname, shape, axis) in enumerate(shapes()):
             if j % n != i:
                 continue
             for dname, dt in DTYPES.items():
@@ -155,9 +163,7 @@ def main():
         w = csv.writer(f)
         w.writerow(["device", "suite", "op", "dtype", "shape", "impl", "time_us", "gbps",
                     "compile_s"])
-        for suite, op, sname, shape, axis in make_shapes(args.quick):
-            if args.suite not in ("all", suite) or (args.op and args.op != op):
-                continue
+        for suite, op, sname, shape, axis in shapes():
             for dname, dt in DTYPES.items():
                 if args.dtype and args.dtype != dname:
                     continue
