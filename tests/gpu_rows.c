@@ -273,6 +273,38 @@ OP_DTYPE_TEST(log_softmax_f32, ND_OP_LOG_SOFTMAX, ND_FLOAT32, 0x4001)
 OP_DTYPE_TEST(log_softmax_f16, ND_OP_LOG_SOFTMAX, ND_FLOAT16, 0x4002)
 OP_DTYPE_TEST(log_softmax_bf16, ND_OP_LOG_SOFTMAX, ND_BFLOAT16, 0x4003)
 
+/* The exact kernels (ND_ROWS_EXACT): rows of exactly a warp or plain block kernel's geometry,
+ * x, y and the parameters on the 16-byte grid, take a twin with the row length compiled in and
+ * no per-pack bounds checks (LayerNorm's block twin loads gamma/beta and stores y unchecked
+ * too). The widths below are such lengths for every warp geometry (8 .. 2048 16-bit columns)
+ * and block size (128, 256, 512 threads of 3-8 packs), in both element sizes; row counts are
+ * prime, so warps and blocks end part-way through their groups of rows. Each case once with
+ * gamma/beta and statistics, once without, once with a mean of 1e4. */
+static const int64_t exact_widths[] = {
+    4,    8,    16,   32,   64,    96,    128,   256,   512,   768,   1024,  1280,  1536,
+    1792, 2048, 3072, 4096, 5120,  6144,  7168,  8192,  10240, 12288, 14336, 16384, 20480,
+    24576, 28672, 32768,
+};
+
+Test(gpu_rows, exact_kernels)
+{
+    need_device();
+    static const nd_op ops[] = {ND_OP_LAYERNORM, ND_OP_RMSNORM, ND_OP_SOFTMAX, ND_OP_LOG_SOFTMAX};
+    static const nd_dtype dts[] = {ND_FLOAT32, ND_FLOAT16, ND_BFLOAT16};
+    uint64_t rng = 0x6000;
+    for (int o = 0; o < 4; o++)
+        for (int d = 0; d < 3; d++)
+            for (size_t i = 0; i < sizeof exact_widths / sizeof exact_widths[0]; i++)
+                for (int v = 0; v < 3; v++) {
+                    const int64_t cols = exact_widths[i];
+                    rcase c = {ops[o], dts[d], cols <= 2048 ? 37 : 5, cols, 0, 0, v == 0, v == 0,
+                               v == 2 ? 1e4 : 0.0, 1.0};
+                    if (ops[o] == ND_OP_SOFTMAX || ops[o] == ND_OP_LOG_SOFTMAX)
+                        c.std = 3.0;
+                    run_case(&c, &rng);
+                }
+}
+
 Test(gpu_rows, tile_kernel_many_rows)
 {
     need_device();
@@ -704,9 +736,14 @@ Test(gpu_rows, plan_trace_names_the_pick)
     need_device();
     static const struct {
         int64_t rows, cols;
+        int xoff;          /* x this many elements past the 16-byte grid */
         const char *kind;
-    } cases[] = {{64, 128, "tile W="}, {64, 127, "warp W="}, {64, 4096, "block "},
-                 {4, 1 << 20, "split "}};
+        int exact;         /* the exact twin (ND_ROWS_EXACT): " exact" in the plan */
+    } cases[] = {/* off the grid, a row of 2048 spans 257 packs: a block's */
+                 {64, 128, 0, "tile W=", 0},   {64, 127, 0, "warp W=", 0},
+                 {64, 2048, 0, "warp W=", 1},  {64, 2048, 1, "block ", 0},
+                 {64, 4096, 0, "block ", 1},   {64, 4096, 1, "block ", 0},
+                 {64, 4088, 0, "block ", 0},   {4, 1 << 20, 0, "split ", 0}};
     const size_t es = 2;
     void *x = NULL, *y = NULL;
     CUDA_OK(cudaMalloc(&x, (size_t)4 << 21));
@@ -714,8 +751,9 @@ Test(gpu_rows, plan_trace_names_the_pick)
     CUDA_OK(cudaMemset(x, 0, (size_t)4 << 21));
     nd_error err = {{0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        cr_assert((size_t)(cases[i].rows * cases[i].cols) * es <= (size_t)4 << 21);
-        nd_softmax_args a = {ND_FLOAT16, cases[i].rows, cases[i].cols, 1, x, y};
+        cr_assert((size_t)(cases[i].rows * cases[i].cols + cases[i].xoff) * es <= (size_t)4 << 21);
+        nd_softmax_args a = {ND_FLOAT16, cases[i].rows, cases[i].cols, 1,
+                             (char *)x + cases[i].xoff * es, (char *)y + cases[i].xoff * es};
         nd_cuda_plan_trace(1);
         nd_status st = nd_cuda_softmax(&a, 0, NULL, &err);
         nd_cuda_plan_trace(0);
@@ -726,6 +764,10 @@ Test(gpu_rows, plan_trace_names_the_pick)
                   "%lld x %lld: plan \"%s\", expected it to start with \"%s\"",
                   (long long)cases[i].rows, (long long)cases[i].cols, plan, cases[i].kind);
         cr_expect(strstr(plan, " grid=") != NULL, "plan \"%s\" has no grid", plan);
+        cr_expect((strstr(plan, " exact") != NULL) == cases[i].exact,
+                  "%lld x %lld, x %d elements off the grid: plan \"%s\"%s names the exact kernel",
+                  (long long)cases[i].rows, (long long)cases[i].cols, cases[i].xoff, plan,
+                  cases[i].exact ? " never" : "");
         /* with the trace off, a call leaves the line alone */
         nd_softmax_args b = {ND_FLOAT16, 8, 32, 1, x, y};
         cr_assert_eq(nd_cuda_softmax(&b, 0, NULL, &err), ND_OK, "%s", err.msg);
