@@ -379,27 +379,25 @@ template <class T> __device__ __forceinline__ uint32_t nd_pack2(float lo, float 
  * warp kernel of 8 float16 columns (ND_ROWS_EXACT), where an absent parameter's element load (a
  * null pointer) left its null check and the row loop (compute-sanitizer: a read of address 0).
  * 16-bit elements go through the unsigned short forms, which are volatile. */
+template <class T> __device__ __forceinline__ T nd_from_bits16(unsigned short u)
+{
+    T t;
+    memcpy(&t, &u, sizeof t);
+    return t;
+}
 template <class T> __device__ __forceinline__ T nd_ldg1(const T *p)
 {
-    if constexpr (sizeof(T) == 2) {
-        const unsigned short u = __ldg(reinterpret_cast<const unsigned short *>(p));
-        T t;
-        memcpy(&t, &u, sizeof t);
-        return t;
-    } else {
+    if constexpr (sizeof(T) == 2)
+        return nd_from_bits16<T>(__ldg(reinterpret_cast<const unsigned short *>(p)));
+    else
         return __ldg(p);
-    }
 }
 template <class T> __device__ __forceinline__ T nd_ldcs1(const T *p)
 {
-    if constexpr (sizeof(T) == 2) {
-        const unsigned short u = __ldcs(reinterpret_cast<const unsigned short *>(p));
-        T t;
-        memcpy(&t, &u, sizeof t);
-        return t;
-    } else {
+    if constexpr (sizeof(T) == 2)
+        return nd_from_bits16<T>(__ldcs(reinterpret_cast<const unsigned short *>(p)));
+    else
         return __ldcs(p);
-    }
 }
 
 template <class T> __device__ __forceinline__ float nd_load1(const T *p)
