@@ -1241,7 +1241,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         return go(std::integral_constant<int, Pol::kBlockMax>());
     }
     bool split = false;
-    st = nd_rows_split_try<Op, T, Pol>(a, prm, P, fast, di, s, name, err, &split);
+    st = nd_rows_split_try<Op, T, Pol>(a, prm, P, fast, on_grid, di, s, name, err, &split);
     if (st != ND_OK || split)
         return st;
     if (P <= max_cluster * cap_block) {

@@ -129,6 +129,19 @@
 #define ND_ROWS_SPLIT_PF_MIN_CHUNKS 16
 #endif
 
+/* 1: rows whose length is a whole number of chunks, with x, y and the parameters on the 16-byte
+ * grid (nd_rows_on_grid), take a twin of the chunk kernel that knows every pack it holds is whole
+ * (the block kernel's ND_ROWS_EXACT for chunks): x loaded without a bounds check on any pack and
+ * no grid offsets; an op with two parameters (LayerNorm) loads them and stores y unchecked too
+ * (ND_ROWS_EXACT_OUT). The row length stays a run-time value (a row is any number of chunks).
+ * H100, two alternating rounds against the generic chunk kernel (bench/results/
+ * rows_split_exact.txt), % of the copy ceiling: LayerNorm 2048x65536 89.5-92.3 -> 92.8-95.7,
+ * 512x262144 86.7-91.1 -> 89.6-94.3, 128x1048576 81.3-83.0 -> 84.0-85.4 (all three dtypes);
+ * the other ops within -0.5 to +1.1. */
+#ifndef ND_ROWS_SPLIT_EXACT
+#define ND_ROWS_SPLIT_EXACT 1
+#endif
+
 /* The share of the device one launch may need resident at once: a row's chunks must fit in
  * 1 / ND_ROWS_SPLIT_SHARE of the blocks the device holds (see the deadlock argument at the
  * kernel; 4 = the daemon's default number of streams per device). */
@@ -245,8 +258,18 @@ struct nd_split_smem {
 
 /* The Ctx of a chunk block (see the Op interface in rows.cuh). Thread t's pack i is pack
  * g + i * THREADS of the row, g = chunk * THREADS * PACKS + t. */
-template <int VEC, int PACKS, int THREADS> struct nd_split_ctx : nd_group_row<VEC, PACKS> {
+template <int VEC, int PACKS, int THREADS, bool WH = false>
+struct nd_split_ctx : nd_group_row<VEC, PACKS> {
     static constexpr int kKind = ND_CTX_CROSS_BLOCK;
+    /* WH (ND_ROWS_SPLIT_EXACT): the row is whole chunks on the 16-byte grid, every pack whole */
+    __device__ __forceinline__ bool valid(int r, int e) const
+    {
+        return WH || nd_group_row<VEC, PACKS>::valid(r, e);
+    }
+    __device__ __forceinline__ bool full(int r) const
+    {
+        return WH || nd_group_row<VEC, PACKS>::full(r);
+    }
     int row;  /* rows * chunks < 2^31 */
     nd_split_ws ws;
     int *round;
@@ -330,18 +353,20 @@ template <class Op, class T, int PACKS, int THREADS> struct nd_split_bounds {
                                  (sizeof(T) == 2 && regs >= ND_ROWS_SPLIT_PIPE16_MIN_REGS);
 };
 
-template <class Op, class T, int VEC, int PACKS, int THREADS, int PF8>
+template <class Op, class T, int VEC, int PACKS, int THREADS, int PF8, bool WH = false>
 __global__ void __launch_bounds__(THREADS, (nd_split_bounds<Op, T, PACKS, THREADS>::min_blocks))
 nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
 {
     constexpr int N = PACKS * VEC;
+    /* WH (ND_ROWS_SPLIT_EXACT): whole chunks on the grid; WO: y and parameters unchecked too */
+    constexpr bool WO = WH && ND_ROWS_EXACT_OUT && Op::kParams >= 2;
     __shared__ nd_split_smem smem;
     __shared__ unsigned ticket;
     if (threadIdx.x == 0)
         ticket = atomicAdd(ws.ticket, 1u) + 1u;
     __syncthreads();
     int round = 0;
-    nd_split_ctx<VEC, PACKS, THREADS> ctx;
+    nd_split_ctx<VEC, PACKS, THREADS, WH> ctx;
     ctx.row = (int)(ticket / (unsigned)ws.chunks);
     ctx.g = (int)(ticket % (unsigned)ws.chunks) * (THREADS * PACKS) + (int)threadIdx.x;
     ctx.G = THREADS; /* pack i of this thread: g + i * THREADS */
@@ -374,14 +399,14 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
         }
     }
     const T *xrow = a.x + (int64_t)ctx.row * a.cols;
-    ctx.h = nd_grid_offset<T, VEC>(xrow);
+    ctx.h = WH ? 0 : nd_grid_offset<T, VEC>(xrow);
     constexpr bool X0_LATE = ND_ROWS_X0_LATE && sizeof(T) == 2;
     if (!X0_LATE)
         ctx.x0 = nd_to_float(__ldg(xrow)); /* dropped by the compiler when the op does not use it */
     nd_regrow<T, N> v[1];
 #pragma unroll
     for (int i = 0; i < PACKS; i++)
-        nd_row_load_words<T, VEC, int>(xrow, (i * THREADS + ctx.g) * VEC - ctx.h, ctx.cols,
+        nd_row_load_words<T, VEC, int, WH>(xrow, (i * THREADS + ctx.g) * VEC - ctx.h, ctx.cols,
                                        Op::kPad, &v[0].w[i * 4]);
     if (X0_LATE)
         ctx.x0 = nd_to_float(__ldg(xrow)); /* see ND_ROWS_X0_LATE */
@@ -402,7 +427,7 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
     T *yrow = a.y + (int64_t)ctx.row * a.cols;
     if constexpr (PIPE) {
         if (pipe) {
-            pp.template emit<PACKS>(a, prm, st[0], yrow, ctx.g * VEC - ctx.h, THREADS * VEC,
+            pp.template emit<PACKS, WO>(a, prm, st[0], yrow, ctx.g * VEC - ctx.h, THREADS * VEC,
                                     nd_grid_offset<T, VEC>(yrow) == ctx.h, v[0]);
             return;
         }
@@ -411,7 +436,7 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
 #pragma unroll
     for (int i = 0; i < PACKS; i++) {
         int c0 = (i * THREADS + ctx.g) * VEC - ctx.h;
-        nd_row_emit<Op, T, VEC, false, int>(a, prm, st[0], yrow, c0, ctx.cols, ro,
+        nd_row_emit<Op, T, VEC, false, int, WO>(a, prm, st[0], yrow, c0, ctx.cols, ro,
                                             [&](int j) { return v[0].get(i * VEC + j); });
     }
 }
@@ -433,8 +458,8 @@ constexpr int nd_split_packs = ND_ROWS_SPLIT_PACKS ? ND_ROWS_SPLIT_PACKS : Pol::
 
 template <class Op, class T, class Pol, int THREADS>
 static nd_status nd_rows_split_go(const nd_rows_args<T> &a, const typename Op::Params &prm,
-                                  int64_t P, const nd_cuda_device_info *di, cudaStream_t s,
-                                  const char *name, nd_error *err, bool *ran)
+                                  int64_t P, bool on_grid, const nd_cuda_device_info *di,
+                                  cudaStream_t s, const char *name, nd_error *err, bool *ran)
 {
     constexpr int VEC = nd_cuda_type<T>::pack;
     constexpr int PACKS = nd_split_packs<Pol>;
@@ -451,8 +476,12 @@ static nd_status nd_rows_split_go(const nd_rows_args<T> &a, const typename Op::P
     const bool pf = ND_ROWS_SPLIT_PF && chunks >= ND_ROWS_SPLIT_PF_MIN_CHUNKS;
     constexpr int PF8 = ND_ROWS_SPLIT_PF_AHEAD8 ? ND_ROWS_SPLIT_PF_AHEAD8 : Pol::split_pf_ahead8;
     static_assert(PF8 > 0, "a prefetch ahead of the block's own chunk");
-    auto kernel = pf ? nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, PF8>
-                     : nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, 0>;
+    /* ND_ROWS_SPLIT_EXACT: the twin for rows of whole chunks on the grid */
+    const bool whole = ND_ROWS_SPLIT_EXACT && on_grid && a.cols % ((int64_t)THREADS * PACKS * VEC) == 0;
+    auto kernel = whole ? (pf ? nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, PF8, true>
+                              : nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, 0, true>)
+                        : (pf ? nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, PF8>
+                              : nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, 0>);
     int per_sm = 0;
     nd_status st = nd_cuda_blocks_per_sm(kernel, di->device, THREADS, 0, &per_sm, err);
     if (st != ND_OK)
@@ -469,8 +498,8 @@ static nd_status nd_rows_split_go(const nd_rows_args<T> &a, const typename Op::P
     ws.chunks = (int)chunks;
     cudaError_t ce = cudaMemsetAsync(ws_mem, 0xff, bytes, s); /* ticket ~0, slots empty */
     if (ce == cudaSuccess) {
-        ND_PLAN("split packs=%d block=%d chunks=%lld grid=%lld", PACKS, THREADS, (long long)chunks,
-                (long long)(a.rows * chunks));
+        ND_PLAN("split packs=%d block=%d chunks=%lld grid=%lld%s", PACKS, THREADS, (long long)chunks,
+                (long long)(a.rows * chunks), whole ? " exact" : "");
         kernel<<<(unsigned)(a.rows * chunks), THREADS, 0, s>>>(a, prm, ws);
         ce = cudaGetLastError();
     }
@@ -503,8 +532,9 @@ struct nd_split_long<Pol, std::void_t<decltype(Pol::split_threads_long(0, false)
 };
 template <class Op, class T, class Pol>
 static nd_status nd_rows_split_try(const nd_rows_args<T> &a, const typename Op::Params &prm,
-                                   int64_t P, bool fast, const nd_cuda_device_info *di,
-                                   cudaStream_t s, const char *name, nd_error *err, bool *ran)
+                                   int64_t P, bool fast, bool on_grid,
+                                   const nd_cuda_device_info *di, cudaStream_t s, const char *name,
+                                   nd_error *err, bool *ran)
 {
     constexpr int E = (int)sizeof(T);
     constexpr int TH = ND_ROWS_SPLIT_THREADS ? ND_ROWS_SPLIT_THREADS : Pol::split_threads(E);
@@ -512,9 +542,9 @@ static nd_status nd_rows_split_try(const nd_rows_args<T> &a, const typename Op::
     constexpr int TH_FAST = ND_ROWS_SPLIT_THREADS ? TH : nd_split_long<Pol>::threads(E, true);
     *ran = false;
     if (P > (int64_t)ND_ROWS_SPLIT_LONG_CHUNKS * TH * nd_split_packs<Pol>)
-        return fast ? nd_rows_split_go<Op, T, Pol, TH_FAST>(a, prm, P, di, s, name, err, ran)
-                    : nd_rows_split_go<Op, T, Pol, TH_SLOW>(a, prm, P, di, s, name, err, ran);
-    return nd_rows_split_go<Op, T, Pol, TH>(a, prm, P, di, s, name, err, ran);
+        return fast ? nd_rows_split_go<Op, T, Pol, TH_FAST>(a, prm, P, on_grid, di, s, name, err, ran)
+                    : nd_rows_split_go<Op, T, Pol, TH_SLOW>(a, prm, P, on_grid, di, s, name, err, ran);
+    return nd_rows_split_go<Op, T, Pol, TH>(a, prm, P, on_grid, di, s, name, err, ran);
 }
 
 #endif /* ND_ROWS_SPLIT_CUH */

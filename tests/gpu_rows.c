@@ -285,6 +285,9 @@ static const int64_t exact_widths[] = {
     1792, 2048, 3072, 4096, 5120,  6144,  7168,  8192,  10240, 12288, 14336, 16384, 20480,
     24576, 28672, 32768,
 };
+/* Rows of whole split chunks (ND_ROWS_SPLIT_EXACT): multiples of every op's chunk length
+ * (threads x 8 packs), past a block's registers. */
+static const int64_t exact_split_widths[] = {65536, 196608};
 
 Test(gpu_rows, exact_kernels)
 {
@@ -298,6 +301,16 @@ Test(gpu_rows, exact_kernels)
                 for (int v = 0; v < 3; v++) {
                     const int64_t cols = exact_widths[i];
                     rcase c = {ops[o], dts[d], cols <= 2048 ? 37 : 5, cols, 0, 0, v == 0, v == 0,
+                               v == 2 ? 1e4 : 0.0, 1.0};
+                    if (ops[o] == ND_OP_SOFTMAX || ops[o] == ND_OP_LOG_SOFTMAX)
+                        c.std = 3.0;
+                    run_case(&c, &rng);
+                }
+    for (int o = 0; o < 4; o++)
+        for (int d = 0; d < 3; d++)
+            for (size_t i = 0; i < sizeof exact_split_widths / sizeof exact_split_widths[0]; i++)
+                for (int v = 0; v < 3; v++) {
+                    rcase c = {ops[o], dts[d], 3, exact_split_widths[i], 0, 0, v == 0, v == 0,
                                v == 2 ? 1e4 : 0.0, 1.0};
                     if (ops[o] == ND_OP_SOFTMAX || ops[o] == ND_OP_LOG_SOFTMAX)
                         c.std = 3.0;
@@ -739,11 +752,13 @@ Test(gpu_rows, plan_trace_names_the_pick)
         int xoff;          /* x this many elements past the 16-byte grid */
         const char *kind;
         int exact;         /* the exact twin (ND_ROWS_EXACT): " exact" in the plan */
-    } cases[] = {/* off the grid, a row of 2048 spans 257 packs: a block's */
+    } cases[] = {/* off the grid, a row of 2048 spans 257 packs: a block's; split rows are exact
+                    when whole chunks (ND_ROWS_SPLIT_EXACT) */
                  {64, 128, 0, "tile W=", 0},   {64, 127, 0, "warp W=", 0},
                  {64, 2048, 0, "warp W=", 1},  {64, 2048, 1, "block ", 0},
                  {64, 4096, 0, "block ", 1},   {64, 4096, 1, "block ", 0},
-                 {64, 4088, 0, "block ", 0},   {4, 1 << 20, 0, "split ", 0}};
+                 {64, 4088, 0, "block ", 0},   {3, 1 << 20, 0, "split ", 1},
+                 {3, 1 << 20, 1, "split ", 0}, {3, (1 << 20) - 8, 0, "split ", 0}};
     const size_t es = 2;
     void *x = NULL, *y = NULL;
     CUDA_OK(cudaMalloc(&x, (size_t)4 << 21));
