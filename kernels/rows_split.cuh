@@ -141,6 +141,22 @@
 #ifndef ND_ROWS_SPLIT_EXACT
 #define ND_ROWS_SPLIT_EXACT 1
 #endif
+/* The twin's 16-bit chunks: threads per SM its launch bounds ask for (0: the generic kernel's
+ * blocks, the op's min_blocks), and whether its float16 chunks pipe the parameters whatever the
+ * register cap (1; bfloat16's spilled 12 bytes that way at 64 registers, nvcc 13). Without the
+ * bounds checks LayerNorm's 16-bit chunks of 256 x 8 packs fit 64 registers (4 blocks an SM)
+ * where the generic kernel takes 80 (3). H100, against the twin at 3 blocks and piped, two runs
+ * of 2 and 3 alternating rounds (bench/results/rows_split_exact.txt), % of the copy ceiling,
+ * at 4 blocks piped / not: float16 128x1048576 85.3 -> 88.8 / 86.7, 512x262144 89.6 -> 91.8 /
+ * 90.7, 2048x65536 92.9 -> 94.4 / 94.7; bfloat16 84.2 -> 85.3 / 84.9, 89.5 -> 90.2 / 90.3,
+ * 92.9 -> 91.6 / 93.8. So float16 pipes and bfloat16 does not. Other ops' 16-bit chunks (512
+ * threads, 2 blocks) are unchanged by 1024. */
+#ifndef ND_ROWS_SPLIT_EXACT_SM_THREADS16
+#define ND_ROWS_SPLIT_EXACT_SM_THREADS16 1024
+#endif
+#ifndef ND_ROWS_SPLIT_EXACT_PIPE16
+#define ND_ROWS_SPLIT_EXACT_PIPE16 1
+#endif
 
 /* The share of the device one launch may need resident at once: a row's chunks must fit in
  * 1 / ND_ROWS_SPLIT_SHARE of the blocks the device holds (see the deadlock argument at the
@@ -345,16 +361,22 @@ struct nd_split_ctx : nd_group_row<VEC, PACKS> {
 /* Blocks per SM the chunk kernel's launch bounds ask for, and whether its 16-bit rows pipe their
  * parameters (at a register cap of ND_ROWS_SPLIT_PIPE16_MIN_REGS or more, or where the block
  * kernel would). Constants, so device code reads them without calling host functions. */
-template <class Op, class T, int PACKS, int THREADS> struct nd_split_bounds {
-    static constexpr int min_blocks = nd_rows_min_blocks<Op>(ND_CTX_CROSS_BLOCK, (int)sizeof(T), PACKS,
-                                                             THREADS, ND_ROWS_SPLIT_MIN_THREADS / THREADS);
+template <class Op, class T, int PACKS, int THREADS, bool WH = false> struct nd_split_bounds {
+    static constexpr int min_blocks_generic =
+        nd_rows_min_blocks<Op>(ND_CTX_CROSS_BLOCK, (int)sizeof(T), PACKS, THREADS,
+                               ND_ROWS_SPLIT_MIN_THREADS / THREADS);
+    static constexpr int min_blocks = WH && sizeof(T) == 2 && ND_ROWS_SPLIT_EXACT_SM_THREADS16
+                                          ? ND_ROWS_SPLIT_EXACT_SM_THREADS16 / THREADS
+                                          : min_blocks_generic;
     static constexpr int regs = 65536 / (min_blocks * THREADS) & ~7;
     static constexpr bool pipe = nd_block_pipe_ok<T>(PACKS) ||
-                                 (sizeof(T) == 2 && regs >= ND_ROWS_SPLIT_PIPE16_MIN_REGS);
+                                 (sizeof(T) == 2 && (regs >= ND_ROWS_SPLIT_PIPE16_MIN_REGS ||
+                                                     (WH && ND_ROWS_SPLIT_EXACT_PIPE16 &&
+                                                      std::is_same<T, __half>::value)));
 };
 
 template <class Op, class T, int VEC, int PACKS, int THREADS, int PF8, bool WH = false>
-__global__ void __launch_bounds__(THREADS, (nd_split_bounds<Op, T, PACKS, THREADS>::min_blocks))
+__global__ void __launch_bounds__(THREADS, (nd_split_bounds<Op, T, PACKS, THREADS, WH>::min_blocks))
 nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
 {
     constexpr int N = PACKS * VEC;
@@ -382,7 +404,7 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
          * may sit off the 16-byte grid), on the grid and inside x */
         unsigned nsm;
         asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
-        const unsigned ahead = nsm * nd_split_bounds<Op, T, PACKS, THREADS>::min_blocks * PF8 / 8;
+        const unsigned ahead = nsm * nd_split_bounds<Op, T, PACKS, THREADS, WH>::min_blocks * PF8 / 8;
         const unsigned t2 = ticket + (ahead > 1 ? ahead : 1);
         const int64_t total = a.rows * a.cols;
         if (t2 > ticket && t2 < (unsigned)(a.rows * ws.chunks)) {
@@ -412,7 +434,7 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
         ctx.x0 = nd_to_float(__ldg(xrow)); /* see ND_ROWS_X0_LATE */
     /* ND_ROWS_PARAM_PIPE_SPLIT, as in the block kernel: the first pack's parameters with x */
     constexpr bool PIPE = ND_ROWS_PARAM_PIPE_SPLIT && Op::kParams >= 2 &&
-                          nd_split_bounds<Op, T, PACKS, THREADS>::pipe;
+                          nd_split_bounds<Op, T, PACKS, THREADS, WH>::pipe;
     nd_param_pipe<Op, T, VEC> pp;
     bool pipe = false;
     if constexpr (PIPE) {
