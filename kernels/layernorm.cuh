@@ -146,6 +146,12 @@ struct nd_layernorm_policy : nd_norm_policy {
                        (w == 32 && ((packs == 3 && !exact) || packs == 4));
         return elem_bytes == 2 && ((w == 4 && packs == 2 && !(fast && exact)) || (fast && g)) ? 2 : 0;
     }
+    /* float32 rows of 4097-7168 packs take one block of 1024 threads a row, not the split
+     * kernel's chunks (H100, three alternating rounds against the split kernel, % of the copy ceiling, float32
+     * 49152 rows of 20480 / 24576 / 28672 / 32768 columns, 5-8 packs a thread; bench/results/
+     * rows_big_block.txt): 90.2 / 94.9 / 91.2 -> 94.2 / 97.1 / 99.5; at 8 packs a thread
+     * (32768 columns, where the statistics take two all-reduces) 95.8 -> 90.3. */
+    static constexpr bool big_block(int elem_bytes, int packs) { return elem_bytes == 4 && packs <= 7; }
     /* Tried after (H100, three alternating rounds, bench/results/rows_hold_h100.txt), none kept:
      *   16-bit rows of 32-63 packs at 2 packs a lane too (256 columns: 16 lanes, parameters
      *   held): 93.1 / 93.9 -> 92.0 / 92.7% of the copy ceiling;

@@ -1093,6 +1093,20 @@ static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::P
 #include "rows_split.cuh"
 #include "rows_tile.cuh"
 
+/* Threads of the big block: one block a row for rows past kBlockMax x PM packs, where the
+ * policy's big_block(element bytes, packs a thread) takes it instead of the split kernel. */
+#ifndef ND_ROWS_BIG_BLOCK
+#define ND_ROWS_BIG_BLOCK 1024
+#endif
+/* Whether the policy takes the big block for any row of T (so its kernels are compiled). */
+template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
+{
+    for (int p = pm / 2 + 1; p <= pm; p++)
+        if (Pol::big_block(elem_bytes, p))
+            return true;
+    return false;
+}
+
 /*
  * The dispatch by row size, one place for every op. Pol (the op's policy) gives:
  *   kRegBytes      bytes of the row one thread keeps in registers (in the storage type, so a
@@ -1116,6 +1130,9 @@ static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::P
  *                  device of ND_ROWS_FAST_GBPS or more (fast) or less, for rows of exactly
  *                  the geometry's length (exact: the warp kernel's exact twin is the other
  *                  choice) or not; 0: the warp kernel
+ *   big_block(element bytes, packs)  whether rows of more than kBlockMax * PM packs and at
+ *                  most ND_ROWS_BIG_BLOCK (1024) * PM take one block of that many threads, of
+ *                  `packs` packs a thread, rather than the split kernel
  *   exact(element bytes, cols, fast)  whether rows of exactly a warp or block kernel's cols
  *                  columns, on the 16-byte grid, take that kernel's exact twin (ND_ROWS_EXACT)
  *                  on a device of the fast class or not
@@ -1131,6 +1148,7 @@ static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::P
  *                                the policy's tile_tiles(element bytes, W, packs, fast, exact) > 0 and
  *                                nd_rows_tile_ok: x, y on the 16-byte grid, whole packs a row)
  *   P <= kBlockMax * PM          block kernel, the smallest block that holds the row
+ *   P <= 1024 * PM               block kernel of 1024 threads, where big_block says so
  *   P > kBlockMax * PM           split kernel (rows_split.cuh): chunk blocks of split_threads
  *                                threads combining through global memory, while a quarter of
  *                                the device holds a row's chunks at once (up to about 1M
@@ -1207,38 +1225,48 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             return nd_rows_warp_run<Op, T, VEC, PACKS, 32, R>(a, prm, ex, di, s, name, err);
         });
     }
+    /* the block kernel, TH threads of `packs` packs a row: P > 32 * PM, and P > TH / 2 * PM for
+     * TH > BMIN */
+    constexpr int BMIN = Pol::kBlockMin;
+    auto block = [&](auto th, int packs) {
+        constexpr int TH = decltype(th)::value;
+        return nd_rows_pick<(TH == BMIN ? 32 * PM / BMIN + 1 : PM / 2 + 1), PM>(packs, [&](auto pk) {
+            constexpr int PACKS = decltype(pk)::value;
+            if constexpr (ND_ROWS_EXACT) {
+                constexpr int XC = TH * PACKS * VEC;
+                if (exact(XC)) {
+                    ND_PLAN("block packs=%d exact", PACKS);
+                    return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, XC>,
+                                          TH, 1, 0, a.rows, di, s, err, name, a, prm);
+                }
+            }
+            ND_PLAN("block packs=%d", PACKS);
+            return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false>, TH, 1, 0,
+                                  a.rows, di, s, err, name, a, prm);
+        });
+    };
     if (P <= cap_block) {
-        constexpr int BMIN = Pol::kBlockMin;
         int threads = BMIN;
         while ((int64_t)threads * PM < P)
             threads *= 2;
-        int packs = (int)((P + threads - 1) / threads);
-        /* P > 32 * PM, and P > TH / 2 * PM for TH > BMIN */
-        auto go = [&](auto th) {
-            constexpr int TH = decltype(th)::value;
-            return nd_rows_pick<(TH == BMIN ? 32 * PM / BMIN + 1 : PM / 2 + 1), PM>(packs, [&](auto pk) {
-                constexpr int PACKS = decltype(pk)::value;
-                if constexpr (ND_ROWS_EXACT) {
-                    constexpr int XC = TH * PACKS * VEC;
-                    if (exact(XC)) {
-                        ND_PLAN("block packs=%d exact", PACKS);
-                        return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, XC>,
-                                              TH, 1, 0, a.rows, di, s, err, name, a, prm);
-                    }
-                }
-                ND_PLAN("block packs=%d", PACKS);
-                return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false>, TH, 1, 0,
-                                      a.rows, di, s, err, name, a, prm);
-            });
-        };
+        const int packs = (int)((P + threads - 1) / threads);
         static_assert(Pol::kBlockMax <= 8 * BMIN, "block sizes: kBlockMin .. 8x");
         if (threads == BMIN)
-            return go(std::integral_constant<int, BMIN>());
+            return block(std::integral_constant<int, BMIN>(), packs);
         if (threads == 2 * BMIN)
-            return go(std::integral_constant<int, 2 * BMIN>());
+            return block(std::integral_constant<int, 2 * BMIN>(), packs);
         if (threads == 4 * BMIN && 4 * BMIN < Pol::kBlockMax)
-            return go(std::integral_constant<int, (4 * BMIN < Pol::kBlockMax ? 4 * BMIN : Pol::kBlockMax)>());
-        return go(std::integral_constant<int, Pol::kBlockMax>());
+            return block(std::integral_constant<int, (4 * BMIN < Pol::kBlockMax ? 4 * BMIN : Pol::kBlockMax)>(),
+                         packs);
+        return block(std::integral_constant<int, Pol::kBlockMax>(), packs);
+    }
+    /* one block of ND_ROWS_BIG_BLOCK threads a row, where the policy's big_block takes it */
+    constexpr int BIG = ND_ROWS_BIG_BLOCK;
+    static_assert(Pol::kBlockMax < BIG && BIG <= 1024, "a big block is larger than kBlockMax");
+    if constexpr (nd_big_block_any<Pol>((int)sizeof(T), PM)) {
+        const int packs = (int)((P + BIG - 1) / BIG);
+        if (P <= (int64_t)BIG * PM && Pol::big_block((int)sizeof(T), packs))
+            return block(std::integral_constant<int, BIG>(), packs);
     }
     bool split = false;
     st = nd_rows_split_try<Op, T, Pol>(a, prm, P, fast, on_grid, di, s, name, err, &split);

@@ -179,6 +179,8 @@ static const int64_t fixed_shapes[][2] = {
     {5, 1025},   {4, 2048},  {3, 3001},   {4, 4096},  {3, 4097},  {2, 8192},   {2, 12345},
     {2, 16384},  {1, 20000}, {2, 32768},  {1, 40000}, {1, 65536}, {1, 65539},  {1, 131072},
     {1, 262144}, {1, 262147}, {1, 1000000},
+    /* float32 rows of one 1024-thread block (the policies' big_block), off its exact lengths */
+    {3, 18433},  {3, 26000},  {2, 30001},
     /* long rows, several per call, odd widths: clusters, and the split-row kernel
      * (rows_split.cuh) with more chunk blocks than the device holds at once (5 x 1048576 float32:
      * 320 blocks of 64 KB), so blocks wait on chunks of rows that start later */
