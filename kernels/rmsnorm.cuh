@@ -26,6 +26,16 @@
  * columns through the tile kernel, and float32, lost up to 14 points or was within 1 on the H200
  * (bench/results/rows_tile_h200.txt). */
 struct nd_rmsnorm_policy : nd_norm_policy {
+    /* nd_norm_policy's, but 8 packs a lane in flight (R = 4 rows a group) for groups of 8 lanes
+     * of 1-2 packs (float32 64, 16-bit 128 columns), as softmax's policy has. H100, three
+     * alternating rounds, % of the copy ceiling (bench/results/rows_rif8.txt): float32 64
+     * columns 96.8 -> 100.1, 16-bit 128 104.3 -> 104.3 / 104.8; 4 packs (R = 2): 95.7. Groups of
+     * 8 lanes of 4 packs (float32 128) lost 1.9 at 8; LayerNorm lost 2.4 to 20 at 4 or 8 (its
+     * 2-pack lanes hold their parameters too, and spilled 88-960 bytes at 8). */
+    static constexpr int rows_in_flight(int w, int packs)
+    {
+        return w == 4 ? 4 : w == 8 && packs <= 2 ? 8 : 2;
+    }
     static constexpr int sub_full(int elem_bytes)
     {
         return elem_bytes == 2 ? ND_RMS_SUB_FULL16 : 8 * kSubPacks;
