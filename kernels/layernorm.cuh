@@ -65,6 +65,14 @@
 #ifndef ND_NORM_ONE_ROUND_BLOCK /* 1: the plain block kernel too (x[0] loaded) */
 #define ND_NORM_ONE_ROUND_BLOCK 1
 #endif
+/* 1: float32 rows in blocks of 1024 threads (nd_rows_run's big block) make the one all-reduce
+ * at 8 packs a thread too, where smaller blocks make two, and LayerNorm's policy takes the big
+ * block at 8 packs (32768 columns); 0: two rounds there, and the split kernel at 8 packs. With
+ * two rounds the big block lost 95.8 -> 90.3% of the copy ceiling at 32768 columns; with one,
+ * H100, three alternating rounds: 95.7 -> 99.7 (bench/results/rows_big_block.txt). */
+#ifndef ND_LN_BIG_ONE_ROUND
+#define ND_LN_BIG_ONE_ROUND 1
+#endif
 
 /* ---------------------------------------------------------------------------------------------
  * Op
@@ -146,12 +154,15 @@ struct nd_layernorm_policy : nd_norm_policy {
                        (w == 32 && ((packs == 3 && !exact) || packs == 4));
         return elem_bytes == 2 && ((w == 4 && packs == 2 && !(fast && exact)) || (fast && g)) ? 2 : 0;
     }
-    /* float32 rows of 4097-7168 packs take one block of 1024 threads a row, not the split
-     * kernel's chunks (H100, three alternating rounds against the split kernel, % of the copy ceiling, float32
-     * 49152 rows of 20480 / 24576 / 28672 / 32768 columns, 5-8 packs a thread; bench/results/
-     * rows_big_block.txt): 90.2 / 94.9 / 91.2 -> 94.2 / 97.1 / 99.5; at 8 packs a thread
-     * (32768 columns, where the statistics take two all-reduces) 95.8 -> 90.3. */
-    static constexpr bool big_block(int elem_bytes, int packs) { return elem_bytes == 4 && packs <= 7; }
+    /* float32 rows of 4097-8192 packs take one block of 1024 threads a row, not the split kernel's
+     * chunks (H100, three alternating rounds against the split kernel, % of the copy ceiling,
+     * float32 49152 rows of 20480 / 24576 / 28672 / 32768 columns, 5-8 packs a thread;
+     * bench/results/rows_big_block.txt): 90.2 / 94.9 / 91.2 / 95.7 -> 94.2 / 97.1 / 99.5 / 99.7,
+     * 32768 with one all-reduce (ND_LN_BIG_ONE_ROUND; with two it lost, 95.8 -> 90.3). */
+    static constexpr bool big_block(int elem_bytes, int packs)
+    {
+        return elem_bytes == 4 && (packs <= 7 || ND_LN_BIG_ONE_ROUND);
+    }
     /* Tried after (H100, three alternating rounds, bench/results/rows_hold_h100.txt), none kept:
      *   16-bit rows of 32-63 packs at 2 packs a lane too (256 columns: 16 lanes, parameters
      *   held): 93.1 / 93.9 -> 92.0 / 92.7% of the copy ceiling;
@@ -258,9 +269,10 @@ struct nd_layernorm_op {
          * 10-15 across clusters, but lost 1.3-3 points for float32 rows of 32 elements per thread
          * in a plain block (4096-16384 columns), which keep two rounds. */
         constexpr int kind = nd_ctx_kind<Ctx>::value;
+        constexpr bool big = ND_LN_BIG_ONE_ROUND && nd_ctx_threads<Ctx>::value >= 1024;
         constexpr bool two = !ND_NORM_ONE_ROUND ||
                              (kind == ND_CTX_BLOCK && (!ND_NORM_ONE_ROUND_BLOCK ||
-                                                       (V::kElemBytes == 4 && N >= 32)));
+                                                       (V::kElemBytes == 4 && N >= 32 && !big)));
         if constexpr (!two)
             stats_one_round<R, N>(v, st, ctx, p);
         else

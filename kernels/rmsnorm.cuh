@@ -52,12 +52,11 @@ struct nd_rmsnorm_policy : nd_norm_policy {
     {
         return elem_bytes == 2 ? fast || cols != 64 : cols > 32;
     }
-    /* float32 rows of 4097-8192 packs take one block of 1024 threads a row, not the split
-     * kernel's chunks (H100, three alternating rounds against the split kernel, % of the copy ceiling, float32
-     * 49152 rows of 20480 / 24576 / 28672 / 32768 columns, 5-8 packs a thread; bench/results/
-     * rows_big_block.txt): 95.4 / 96.2 / 96.6 / 97.0 -> 100.2 / 100.0 / 100.1 / 99.9.
-     * 16-bit rows of 65536 columns gained 1.2 that way and the other ops' lost 0.7-4.5: not
-     * taken. */
+    /* float32 rows of 4097-8192 packs take one block of 1024 threads a row, not the split kernel's
+     * chunks (H100, three alternating rounds against the split kernel, % of the copy ceiling,
+     * float32 49152 rows of 20480 / 24576 / 28672 / 32768 columns, 5-8 packs a thread;
+     * bench/results/rows_big_block.txt): 95.4 / 96.2 / 96.6 / 97.0 -> 100.2 / 100.0 / 100.1 / 99.9.
+     * 16-bit rows of 65536 columns gained 1.2 that way and the other ops' lost 0.7-4.5: not taken. */
     static constexpr bool big_block(int elem_bytes, int) { return elem_bytes == 4; }
 };
 

@@ -487,6 +487,10 @@ enum { ND_CTX_WARP = 0, ND_CTX_BLOCK = 1, ND_CTX_CROSS_BLOCK = 2 };
 template <class Ctx, class = void> struct nd_ctx_kind : std::integral_constant<int, ND_CTX_CROSS_BLOCK> {};
 template <class Ctx>
 struct nd_ctx_kind<Ctx, std::void_t<decltype(Ctx::kKind)>> : std::integral_constant<int, Ctx::kKind> {};
+/* The threads of a plain block kernel's block (Ctx::kThreads; 0 for a context without it). */
+template <class Ctx, class = void> struct nd_ctx_threads : std::integral_constant<int, 0> {};
+template <class Ctx>
+struct nd_ctx_threads<Ctx, std::void_t<decltype(Ctx::kThreads)>> : std::integral_constant<int, Ctx::kThreads> {};
 
 /* Blocks per SM that a warp (ND_CTX_WARP) or plain block (ND_CTX_BLOCK) kernel's launch bounds
  * ask for, which caps its registers: the defaults above (dflt), unless the Op names its own for
@@ -761,10 +765,12 @@ template <int VEC, int PACKS> struct nd_group_row {
     __device__ __forceinline__ float first(int, float) const { return x0; }
 };
 
-/* XC > 0: rows of exactly XC = G * PACKS * VEC columns on the 16-byte grid (ND_ROWS_EXACT). */
-template <bool CLUSTER, int VEC, int PACKS, int XC = 0>
+/* XC > 0: rows of exactly XC = G * PACKS * VEC columns on the 16-byte grid (ND_ROWS_EXACT).
+ * THREADS: the block's threads (an op's statistics may choose by it, nd_ctx_threads). */
+template <bool CLUSTER, int VEC, int PACKS, int XC = 0, int THREADS = 0>
 struct nd_block_ctx : nd_group_row<VEC, PACKS> {
     static constexpr int kKind = CLUSTER ? ND_CTX_CROSS_BLOCK : ND_CTX_BLOCK;
+    static constexpr int kThreads = THREADS;
     __device__ __forceinline__ bool valid(int r, int e) const
     {
         return XC > 0 || nd_group_row<VEC, PACKS>::valid(r, e);
@@ -807,7 +813,7 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
     int round = 0;
     unsigned rank, csize;
     nd_cluster_place(CLUSTER, rank, csize);
-    nd_block_ctx<CLUSTER, VEC, PACKS, XC> ctx;
+    nd_block_ctx<CLUSTER, VEC, PACKS, XC, THREADS> ctx;
     ctx.g = (int)(rank * THREADS + threadIdx.x);
     ctx.G = (int)(csize * THREADS);
     ctx.cols = (int)acols;

@@ -104,12 +104,12 @@ template <bool LOG> struct nd_softmax_policy {
     {
         return elem_bytes == 2 ? fast || cols != 64 : cols > 32;
     }
-    /* float32 rows of 6145-8192 packs take one block of 1024 threads a row, not the split
-     * kernel's chunks (H100, three alternating rounds against the split kernel, % of the copy ceiling, float32
-     * 49152 rows of 20480 / 24576 / 28672 / 32768 columns, 5-8 packs a thread; bench/results/
-     * rows_big_block.txt): softmax 97.3 / 98.0 -> 100.3 / 99.6 at 28672 / 32768 columns,
-     * log_softmax 97.3 / 97.9 -> 100.3 / 99.8; at 5-6 packs a thread (20480, 24576) the block
-     * lost 0.8-5.2. */
+    /* float32 rows of 6145-8192 packs take one block of 1024 threads a row, not the split kernel's
+     * chunks (H100, three alternating rounds against the split kernel, % of the copy ceiling,
+     * float32 49152 rows of 20480 / 24576 / 28672 / 32768 columns, 5-8 packs a thread;
+     * bench/results/rows_big_block.txt): softmax 97.3 / 98.0 -> 100.3 / 99.6 at 28672 / 32768
+     * columns, log_softmax 97.3 / 97.9 -> 100.3 / 99.8; at 5-6 packs a thread (20480, 24576) the
+     * block lost 0.8-5.2. */
     static constexpr bool big_block(int elem_bytes, int packs) { return elem_bytes == 4 && packs >= 7; }
     /* Threads of a split kernel's chunk block (rows_split.cuh): 256, 8 packs each (32 KB of
      * float32, 64 KB of 16-bit). H100, three alternating rounds, 512 -> 256, % of the copy
