@@ -747,7 +747,9 @@ template <int K> struct nd_rows_smem {
 /* A row shared by a group of G threads (a block, a cluster, or a row's chunk blocks), thread g
  * holding packs g, g + G, ...: which of its elements are in the row, and the row's first element
  * (loaded by every thread). The block and split contexts add their all-reduce. */
-template <int VEC, int PACKS> struct nd_group_row {
+/* WHOLE: every pack of the row is whole and on the 16-byte grid (the exact twins,
+ * ND_ROWS_EXACT and ND_ROWS_SPLIT_EXACT): every element valid, every thread full. */
+template <int VEC, int PACKS, bool WHOLE = false> struct nd_group_row {
     int h;
     float x0; /* the row's first element, loaded by every thread (see first()) */
     int g, G; /* this thread's index in the row's group, and the group size */
@@ -756,11 +758,11 @@ template <int VEC, int PACKS> struct nd_group_row {
     __device__ __forceinline__ bool valid(int, int e) const
     {
         int c = ((e / VEC) * G + g) * VEC + (e % VEC) - h;
-        return c >= 0 && c < cols;
+        return WHOLE || (c >= 0 && c < cols);
     }
     __device__ __forceinline__ bool full(int) const
     {
-        return (g > 0 || h == 0) && ((PACKS - 1) * G + g + 1) * VEC - h <= cols;
+        return WHOLE || ((g > 0 || h == 0) && ((PACKS - 1) * G + g + 1) * VEC - h <= cols);
     }
     __device__ __forceinline__ float first(int, float) const { return x0; }
 };
@@ -768,17 +770,9 @@ template <int VEC, int PACKS> struct nd_group_row {
 /* XC > 0: rows of exactly XC = G * PACKS * VEC columns on the 16-byte grid (ND_ROWS_EXACT).
  * THREADS: the block's threads (an op's statistics may choose by it, nd_ctx_threads). */
 template <bool CLUSTER, int VEC, int PACKS, int XC = 0, int THREADS = 0>
-struct nd_block_ctx : nd_group_row<VEC, PACKS> {
+struct nd_block_ctx : nd_group_row<VEC, PACKS, (XC > 0)> {
     static constexpr int kKind = CLUSTER ? ND_CTX_CROSS_BLOCK : ND_CTX_BLOCK;
     static constexpr int kThreads = THREADS;
-    __device__ __forceinline__ bool valid(int r, int e) const
-    {
-        return XC > 0 || nd_group_row<VEC, PACKS>::valid(r, e);
-    }
-    __device__ __forceinline__ bool full(int r) const
-    {
-        return XC > 0 || nd_group_row<VEC, PACKS>::full(r);
-    }
     int *round;
     void *smem; /* nd_cluster_reduce_smem<K> for the largest K used */
     template <int K, class O> __device__ __forceinline__ void allreduce(float (&v)[K], O op) const

@@ -273,19 +273,11 @@ struct nd_split_smem {
 };
 
 /* The Ctx of a chunk block (see the Op interface in rows.cuh). Thread t's pack i is pack
- * g + i * THREADS of the row, g = chunk * THREADS * PACKS + t. */
+ * g + i * THREADS of the row, g = chunk * THREADS * PACKS + t. WH (ND_ROWS_SPLIT_EXACT): the row
+ * is whole chunks on the 16-byte grid, every pack whole. */
 template <int VEC, int PACKS, int THREADS, bool WH = false>
-struct nd_split_ctx : nd_group_row<VEC, PACKS> {
+struct nd_split_ctx : nd_group_row<VEC, PACKS, WH> {
     static constexpr int kKind = ND_CTX_CROSS_BLOCK;
-    /* WH (ND_ROWS_SPLIT_EXACT): the row is whole chunks on the 16-byte grid, every pack whole */
-    __device__ __forceinline__ bool valid(int r, int e) const
-    {
-        return WH || nd_group_row<VEC, PACKS>::valid(r, e);
-    }
-    __device__ __forceinline__ bool full(int r) const
-    {
-        return WH || nd_group_row<VEC, PACKS>::full(r);
-    }
     int row;  /* rows * chunks < 2^31 */
     nd_split_ws ws;
     int *round;
