@@ -130,15 +130,7 @@ static void stop_expect_clean(void)
 
 static double metric(const char *name, const char *labels)
 {
-    char url[128];
-    snprintf(url, sizeof url, "%s/metrics", daemon_.base);
-    nd_resp r;
-    cr_assert_eq(nd_http("GET", url, NULL, NULL, 0, &r), 0);
-    cr_assert_eq(r.code, 200);
-    double v = nd_metric_value(r.body, name, labels);
-    nd_resp_free(&r);
-    cr_assert_geq(v, 0, "/metrics has no %s{%s}", name, labels ? labels : "");
-    return v;
+    return nd_metric(daemon_.base, name, labels);
 }
 
 /* Waits until cond(arg) holds, polling /metrics; fails the test after timeout_s. */

@@ -318,3 +318,16 @@ double nd_metric_value(const char *text, const char *name, const char *labels)
         return -1;
     return strtod(p + strlen(key), NULL);
 }
+
+double nd_metric(const char *base, const char *name, const char *labels)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s/metrics", base);
+    nd_resp r;
+    cr_assert_eq(nd_http("GET", url, NULL, NULL, 0, &r), 0);
+    cr_assert_eq(r.code, 200);
+    double v = nd_metric_value(r.body, name, labels);
+    nd_resp_free(&r);
+    cr_assert_geq(v, 0, "/metrics has no %s{%s}", name, labels ? labels : "");
+    return v;
+}

@@ -71,4 +71,8 @@ size_t nd_resp_header_cb(char *p, size_t size, size_t n, void *resp);
  * exposition; -1 when absent. */
 double nd_metric_value(const char *exposition, const char *name, const char *labels);
 
+/* The value of one metric series from the /metrics of the daemon at base (a URL prefix); the
+ * test fails when the request does or the series is absent. */
+double nd_metric(const char *base, const char *name, const char *labels);
+
 #endif /* ND_HTTP_H */
