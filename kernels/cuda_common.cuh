@@ -558,6 +558,94 @@ __device__ __forceinline__ void nd_block_allreduce(float (&v)[K], Op op, nd_bloc
     }
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * mbarrier and bulk-copy primitives (PTX ISA: mbarrier, cp.async.bulk; sm_90)
+ * ------------------------------------------------------------------------------------------- */
+
+__device__ __forceinline__ unsigned nd_smem_addr(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void nd_mbar_init(uint64_t *bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(nd_smem_addr(bar)), "r"(count)
+                 : "memory");
+}
+/* the initialised barriers visible to the other threads and to the copy engine (async proxy) */
+__device__ __forceinline__ void nd_mbar_init_fence()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void nd_mbar_expect_tx(uint64_t *bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(nd_smem_addr(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+/* Wait for the phase of parity `parity` to complete (acquire: the tile's bytes are visible). */
+__device__ __forceinline__ void nd_mbar_wait(uint64_t *bar, unsigned parity)
+{
+    unsigned done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(nd_smem_addr(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* `bytes` (a multiple of 16, both addresses 16-byte aligned) from global src to shared dst,
+ * completing on bar's transaction count; EVICT_FIRST: with an L2 evict-first policy (x that is
+ * read once). */
+template <bool EVICT_FIRST>
+__device__ __forceinline__ void nd_bulk_load(void *dst, const void *src, unsigned bytes, uint64_t *bar)
+{
+    if constexpr (EVICT_FIRST) {
+        uint64_t pol;
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                     " [%0], [%1], %2, [%3], %4;" ::"r"(nd_smem_addr(dst)),
+                     "l"(src), "r"(bytes), "r"(nd_smem_addr(bar)), "l"(pol)
+                     : "memory");
+    } else {
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                     " [%0], [%1], %2, [%3];" ::"r"(nd_smem_addr(dst)),
+                     "l"(src), "r"(bytes), "r"(nd_smem_addr(bar))
+                     : "memory");
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Flag words: 64-bit words that blocks of one launch publish to each other in global memory.
+ * st/ld.relaxed.gpu.b64 are single-copy atomic, so a word is its own flag: the workspace starts
+ * as all ones (ND_SPLIT_EMPTY, which a publisher never writes) and a reader that sees another
+ * value sees the whole word. No fence, no counter.
+ * ------------------------------------------------------------------------------------------- */
+static constexpr unsigned long long ND_SPLIT_EMPTY = ~0ull;
+
+/* Word w of a slot from K floats: floats 2w and 2w + 1 (0 past K), never ND_SPLIT_EMPTY. */
+template <int K> __device__ __forceinline__ unsigned long long nd_split_word(const float (&v)[K], int w)
+{
+    const unsigned long long lo = __float_as_uint(v[2 * w]);
+    const unsigned long long hi = 2 * w + 1 < K ? __float_as_uint(v[2 * w + 1 < K ? 2 * w + 1 : 0]) : 0u;
+    const unsigned long long word = lo | hi << 32;
+    return word == ND_SPLIT_EMPTY ? ND_SPLIT_EMPTY - 1 : word;
+}
+
+__device__ __forceinline__ void nd_split_store(unsigned long long *p, unsigned long long v)
+{
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long nd_split_load(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
 /* Leaving a cluster kernel in two halves (sm_90): nd_cluster_arrive_relaxed() once this block
  * has used the last value it read from another block's shared memory (used, so the read has
  * completed: issue is in order, so a store of the value or a barrier after it is enough), and

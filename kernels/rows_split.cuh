@@ -177,16 +177,6 @@
  * NaN still). No fence, no counter: a reader that sees a word sees its data. An op's
  * all-reduces get a slot each: at most ND_SPLIT_ROUNDS. */
 enum { ND_SPLIT_K = 4, ND_SPLIT_WORDS = 2, ND_SPLIT_ROUNDS = 2 };
-static constexpr unsigned long long ND_SPLIT_EMPTY = ~0ull;
-
-/* Word w of a slot from K floats: floats 2w and 2w + 1 (0 past K), never ND_SPLIT_EMPTY. */
-template <int K> __device__ __forceinline__ unsigned long long nd_split_word(const float (&v)[K], int w)
-{
-    const unsigned long long lo = __float_as_uint(v[2 * w]);
-    const unsigned long long hi = 2 * w + 1 < K ? __float_as_uint(v[2 * w + 1 < K ? 2 * w + 1 : 0]) : 0u;
-    const unsigned long long word = lo | hi << 32;
-    return word == ND_SPLIT_EMPTY ? ND_SPLIT_EMPTY - 1 : word;
-}
 
 struct nd_split_ws {
     unsigned *ticket;         /* next (row, chunk) to hand out, in the order blocks start; all
@@ -194,18 +184,6 @@ struct nd_split_ws {
     unsigned long long *slot; /* [rows][ND_SPLIT_ROUNDS][chunks][ND_SPLIT_WORDS] */
     int chunks;               /* C, chunks per row */
 };
-
-__device__ __forceinline__ void nd_split_store(unsigned long long *p, unsigned long long v)
-{
-    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-__device__ __forceinline__ unsigned long long nd_split_load(const unsigned long long *p)
-{
-    unsigned long long v;
-    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
 
 /* A slot's two words in one access (16-byte aligned; each word single-copy atomic on its own):
  * one round trip to L2 for a 3-4 float partial instead of two. */

@@ -76,63 +76,6 @@ struct nd_tile_geom {
 };
 
 /* ---------------------------------------------------------------------------------------------
- * mbarrier and bulk-copy primitives (PTX ISA: mbarrier, cp.async.bulk; sm_90)
- * ------------------------------------------------------------------------------------------- */
-
-__device__ __forceinline__ unsigned nd_smem_addr(const void *p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void nd_mbar_init(uint64_t *bar, unsigned count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(nd_smem_addr(bar)), "r"(count)
-                 : "memory");
-}
-/* the initialised barriers visible to the other threads and to the copy engine (async proxy) */
-__device__ __forceinline__ void nd_mbar_init_fence()
-{
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-__device__ __forceinline__ void nd_mbar_expect_tx(uint64_t *bar, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(nd_smem_addr(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-/* Wait for the phase of parity `parity` to complete (acquire: the tile's bytes are visible). */
-__device__ __forceinline__ void nd_mbar_wait(uint64_t *bar, unsigned parity)
-{
-    unsigned done;
-    do {
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(nd_smem_addr(bar)), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-/* `bytes` (a multiple of 16, both addresses 16-byte aligned) from global src to shared dst,
- * completing on bar's transaction count. */
-__device__ __forceinline__ void nd_bulk_load(void *dst, const void *src, unsigned bytes, uint64_t *bar)
-{
-    if (ND_ROWS_TILE_EVICT_FIRST) {
-        uint64_t pol;
-        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-                     " [%0], [%1], %2, [%3], %4;" ::"r"(nd_smem_addr(dst)),
-                     "l"(src), "r"(bytes), "r"(nd_smem_addr(bar)), "l"(pol)
-                     : "memory");
-    } else {
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                     " [%0], [%1], %2, [%3];" ::"r"(nd_smem_addr(dst)),
-                     "l"(src), "r"(bytes), "r"(nd_smem_addr(bar))
-                     : "memory");
-    }
-}
-
-/* ---------------------------------------------------------------------------------------------
  * Kernel
  * ------------------------------------------------------------------------------------------- */
 
@@ -176,7 +119,7 @@ nd_rows_tile_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_tile_geom tg)
             const int64_t nr = a.rows - r0 < tg.tile_rows ? a.rows - r0 : tg.tile_rows;
             const unsigned bytes = (unsigned)(nr * a.cols * (int64_t)sizeof(T));
             nd_mbar_expect_tx(&full[k], bytes);
-            nd_bulk_load(buf + k * tile_elems, a.x + r0 * a.cols, bytes, &full[k]);
+            nd_bulk_load<ND_ROWS_TILE_EVICT_FIRST != 0>(buf + k * tile_elems, a.x + r0 * a.cols, bytes, &full[k]);
         }
     }
     __syncthreads(); /* the barriers are initialised before anyone waits on them */
