@@ -70,6 +70,7 @@ typedef struct nd_cuda_device_info {
     size_t smem_per_sm;
     int l2_bytes;
     int cluster_launch;          /* 1 when thread-block clusters can be launched (sm_90+) */
+    int coop_launch;             /* 1 when cooperative grids can be launched */
     double mem_gbps;             /* peak DRAM bandwidth, GB/s (2 x memory clock x bus width) */
 } nd_cuda_device_info;
 

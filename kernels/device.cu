@@ -70,8 +70,9 @@ static nd_status device_info_fill(int dev, nd_cuda_device_info *di, nd_error *er
 {
     cudaDeviceProp p;
     ND_CUDA_TRY(err, cudaGetDeviceProperties(&p, dev));
-    int cluster = 0, mem_khz = 0, bus_bits = 0;
+    int cluster = 0, coop = 0, mem_khz = 0, bus_bits = 0;
     ND_CUDA_TRY(err, cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, dev));
+    ND_CUDA_TRY(err, cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
     ND_CUDA_TRY(err, cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, dev));
     ND_CUDA_TRY(err, cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev));
     di->device = dev;
@@ -84,6 +85,7 @@ static nd_status device_info_fill(int dev, nd_cuda_device_info *di, nd_error *er
     di->smem_per_sm = p.sharedMemPerMultiprocessor;
     di->l2_bytes = p.l2CacheSize;
     di->cluster_launch = cluster != 0;
+    di->coop_launch = coop != 0;
     di->mem_gbps = 2.0 * mem_khz * 1e3 * (bus_bits / 8) / 1e9;
     return ND_OK;
 }

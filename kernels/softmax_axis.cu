@@ -23,6 +23,10 @@
  *   - a short inner extent with enough outer indices (softmax_axis_slab): a block or cluster
  *     reads one outer index's whole slab as 16-byte packs, like a long row, each thread's packs
  *     all in the same few columns, and the columns' (max, sum) pairs are merged in shared memory;
+ *   - long slabs that fit on chip (a short inner extent, few outer indices; softmax_axis_slab_res):
+ *     one cooperative grid of one block an SM, each block's segment in its registers and shared
+ *     memory (bulk copies), the segments' (max, sum) pairs exchanged through flag words in a
+ *     small workspace, y written from chip: x read once, in one launch;
  *   - only when a column is too long for the registers of a whole cluster is it cut into segments
  *     of independent blocks: one launch writes each segment's (max, sum) to a small stream-ordered
  *     workspace, a second merges them and writes y, reading x a second time (mostly from L2); for
@@ -134,6 +138,28 @@ namespace cg = cooperative_groups;
 #endif
 #ifndef ND_AXIS_SLAB_APPLY_REVERSE
 #define ND_AXIS_SLAB_APPLY_REVERSE 1
+#endif
+/* The resident slab path (softmax_axis_slab_res). */
+#ifndef ND_AXIS_RES /* 0: never take it (A/B runs) */
+#define ND_AXIS_RES 1
+#endif
+#ifndef ND_AXIS_RES_REG_ROUNDS /* rounds of a segment a thread keeps in registers, at most */
+#define ND_AXIS_RES_REG_ROUNDS 4
+#endif
+#ifndef ND_AXIS_RES_UNROLL /* streamed packs a thread loads at once, float32 */
+#define ND_AXIS_RES_UNROLL 4
+#endif
+#ifndef ND_AXIS_RES_UNROLL16 /* the same, 16-bit (4 spilled 16 bytes at 64 registers, nvcc 13) */
+#define ND_AXIS_RES_UNROLL16 2
+#endif
+#ifndef ND_AXIS_RES_STREAM8 /* streamed rounds a segment may have, in eighths of its resident ones */
+#define ND_AXIS_RES_STREAM8 8
+#endif
+#ifndef ND_AXIS_RES_BATCH /* rounds a thread folds into its pairs at once (one rescale each) */
+#define ND_AXIS_RES_BATCH 2
+#endif
+#ifndef ND_AXIS_RES_WINDOW /* bulk copies a block keeps in flight (0: all of them at its start) */
+#define ND_AXIS_RES_WINDOW 6
 #endif
 #ifndef ND_AXIS_KEEP16_64 /* exps a thread keeps, 16-bit column kernels of 512+ threads */
 #define ND_AXIS_KEEP16_64 16
@@ -1147,6 +1173,261 @@ softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float 
     }
 }
 
+/*
+ * Resident slabs (softmax_axis_slab_res): long columns over a short inner extent where the whole
+ * tensor, or most of it, fits on chip at once, as (8,32768,64) over axis 1 at 16 bits (33.5 MB:
+ * 256 KB for each of 128 SMs). One cooperative launch of one 1024-thread block an SM, so every
+ * block is resident at once and may wait for the others. Block b is segment b % nseg of slab
+ * b / nseg: `rounds` rounds of 1024 consecutive packs, thread t holding packs begin + i * 1024 + t,
+ * always the same VEC columns (q divides 32). Of a segment's rounds,
+ *   - the first reg_rounds come to registers (16-byte streaming loads: read once);
+ *   - the next smem_rounds come to shared memory by bulk copies (one mbarrier a round, an
+ *     evict-first policy), ND_AXIS_RES_WINDOW rounds in flight, so they land in order and the
+ *     statistics of the first overlap the loads of the rest;
+ *   - the rest (float32 only, at these sizes) are streamed: read in the statistics pass and
+ *     again in the output pass, which takes them first, while they are still in L2.
+ * Each thread folds its packs into per-column (max, sum of exp(x - max)) pairs, ND_AXIS_RES_BATCH
+ * rounds at a time (res_fold: one rescale a batch, one exp an element); the block folds its warps'
+ * pairs in a fixed order and publishes them as flag words; every block then folds all of its
+ * slab's segments in one fixed order (so every block of a slab, and every run, gets the same bits)
+ * and writes y from registers and shared memory. x crosses DRAM once and y once, a copy's
+ * traffic, where the two-pass slab path reads x twice and spends a launch between the reads.
+ *
+ * H100, three alternating rounds against the two-pass slab path (bench/results/
+ * axis_resident_h100.txt), % of the copy ceiling: (8,32768,64) ax1 16-bit 60.0-60.9 -> 73.8-74.0,
+ * float32 (15 of 32 rounds streamed) 62.5-62.6 -> 75.5-75.6. Where the time goes (ncu, float16
+ * softmax, 31 us): the loads and statistics a third, at about the DRAM's read speed; the stores
+ * under a third; the start (barrier set-up, the first loads' latency) and the two reductions with
+ * the wait for a slab's slowest segment the rest, with the DRAM idle. Measured and not kept:
+ *   - the first form: one rescale and one exp an element (a branch-free online update), a
+ *     ticket per block instead of a cooperative grid, every bulk copy asked for at the start:
+ *     16-bit 66.5-68.0, float32 73.1-73.4; folds of 4 rounds instead of 2: 16-bit 71.4-72.3;
+ *     every copy at the start (folds of 4): 70.5-70.7;
+ *   - the warps' pairs, and the segments' pairs, folded by teams of 16 lanes a column (a
+ *     butterfly) instead of one thread a column walking them in order: 16-bit 71.0-71.6; the
+ *     warps' pairs only: 72.3-72.7; with 3 copies ahead those gained 1.5-2 (72.5, 74.2-74.7;
+ *     float32 0.3 lower), 10 ahead lost 1.7; a nanosleep between looks at an unpublished segment:
+ *     within 0.3;
+ *   - two phases (a block takes a segment of slab o, then of slab o + outer / 2, whose copies it
+ *     asks for once the first phase's statistics are done, to overlap the first phase's wait and
+ *     stores with the second's loads): 16-bit 65-66, ncu 38 us against 31.
+ */
+constexpr int kResThreads = 1024, kResMaxSmemRounds = 16, kResMaxCols = 64, kResStaticSmem = 1024;
+
+struct slab_res {
+    int nseg;        /* segments (blocks) a slab */
+    int rounds;      /* rounds of kResThreads packs a segment */
+    int reg_rounds;  /* rounds in registers (<= ND_AXIS_RES_REG_ROUNDS) */
+    int smem_rounds; /* then rounds in shared memory; the rest are streamed */
+};
+
+/* A pack of nothing: every element -inf, so it adds nothing to a column's pair. */
+template <class T> __device__ __forceinline__ uint4 res_empty_pack()
+{
+    const uint32_t w = sizeof(T) == 4 ? 0xff800000u
+                                      : std::is_same<T, __half>::value ? 0xfc00fc00u : 0xff80ff80u;
+    return make_uint4(w, w, w, w);
+}
+
+/* N packs of a thread (N rounds, the same VEC columns) into its per-column pairs (m, s): the
+ * batch's max rescales s once, then one exp an element against the new max. An all -inf column
+ * stays (-inf, 0). */
+template <class T, int VEC, int N>
+__device__ __forceinline__ void res_fold(float (&m)[VEC], float (&s)[VEC], const uint4 (&w)[N])
+{
+    nd_regrow<T, N * VEC> v;
+#pragma unroll
+    for (int u = 0; u < N; u++)
+        v.put_pack(u, {w[u].x, w[u].y, w[u].z, w[u].w});
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        float mx = m[j];
+#pragma unroll
+        for (int u = 0; u < N; u++)
+            mx = fmaxf(mx, v.get(u * VEC + j));
+        const float r = mx == -INFINITY ? 0.0f : mx;
+        float acc = s[j] * nd_exp_le0(m[j] - r);
+#pragma unroll
+        for (int u = 0; u < N; u++)
+            acc += nd_exp_le0(v.get(u * VEC + j) - r);
+        s[j] = acc;
+        m[j] = mx;
+    }
+}
+
+/* y of one pack: exp(x - m) * f (softmax, f = 1 / sum) or x - m - f (log_softmax, f = log sum) */
+template <bool LOG, class T, int VEC>
+__device__ __forceinline__ void res_store_pack(uint4 *ys, int p, const uint4 &w, const float (&m)[VEC],
+                                               const float (&f)[VEC])
+{
+    nd_regrow<T, VEC> v;
+    v.put_pack(0, {w.x, w.y, w.z, w.w});
+    slab_store<LOG, 1, T>(ys, p, 0, 1, v, m, f);
+}
+
+template <typename T, bool LOG>
+__global__ void __launch_bounds__(kResThreads, 1)
+softmax_axis_slab_res(const T *__restrict__ x, T *__restrict__ y, unsigned long long *ws,
+                      slab_geom g, slab_res r)
+{
+    constexpr int VEC = 16 / (int)sizeof(T), NT = kResThreads, RR = ND_AXIS_RES_REG_ROUNDS,
+                  B = ND_AXIS_RES_BATCH, WARPS = NT / 32,
+                  U = sizeof(T) == 4 ? ND_AXIS_RES_UNROLL : ND_AXIS_RES_UNROLL16;
+    extern __shared__ __align__(16) uint4 res_x[]; /* smem_rounds x NT packs, then red */
+    __shared__ uint64_t bar[kResMaxSmemRounds];
+    __shared__ float fin[2][kResMaxCols];
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, cols = g.inner;
+    float *red = reinterpret_cast<float *>(res_x + (size_t)r.smem_rounds * NT); /* see res_red_bytes */
+    const int64_t o = blockIdx.x / r.nseg;
+    const int seg = (int)(blockIdx.x % r.nseg);
+    const int begin = seg * r.rounds * NT, end = min(g.packs, begin + r.rounds * NT);
+    const uint4 *xs = reinterpret_cast<const uint4 *>(x + o * g.slab);
+    uint4 *ys = reinterpret_cast<uint4 *>(y + o * g.slab);
+    /* round i of this segment starts at pack begin + i * NT: registers, shared memory, streamed */
+    const int sm0 = r.reg_rounds, st0 = r.reg_rounds + r.smem_rounds;
+    const int nsm = min(r.smem_rounds, (end - begin + NT - 1) / NT - sm0); /* rounds with packs */
+
+    if (t == 0) {
+        for (int i = 0; i < r.smem_rounds; i++)
+            nd_mbar_init(&bar[i], 1);
+        nd_mbar_init_fence();
+    }
+    uint4 rv[RR];
+#pragma unroll
+    for (int i = 0; i < RR; i++) {
+        const int p = begin + i * NT + t;
+        rv[i] = i < r.reg_rounds && p < end ? __ldcs(xs + p) : res_empty_pack<T>();
+    }
+    __syncthreads(); /* the barriers are initialised */
+    int issued = 0;  /* thread 0: bulk copies asked for */
+    auto issue_to = [&](int lim) {
+        if (t == 0)
+            for (; issued < lim && issued < nsm; issued++) {
+                const int p = begin + (sm0 + issued) * NT, n = min(NT, end - p);
+                nd_mbar_expect_tx(&bar[issued], (unsigned)n * 16u);
+                nd_bulk_load<true>(res_x + issued * NT, xs + p, (unsigned)n * 16u, &bar[issued]);
+            }
+    };
+    issue_to(ND_AXIS_RES_WINDOW > 0 ? ND_AXIS_RES_WINDOW : nsm);
+
+    /* statistics */
+    float m[VEC], s[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        m[j] = -INFINITY;
+        s[j] = 0.0f;
+    }
+    res_fold<T>(m, s, rv);
+    for (int i = 0; i < nsm; i += B) {
+        issue_to(ND_AXIS_RES_WINDOW > 0 ? i + B + ND_AXIS_RES_WINDOW : nsm);
+        uint4 w[B];
+#pragma unroll
+        for (int u = 0; u < B; u++) {
+            w[u] = res_empty_pack<T>();
+            if (i + u < nsm) {
+                nd_mbar_wait(&bar[i + u], 0);
+                if (begin + (sm0 + i + u) * NT + t < end)
+                    w[u] = res_x[(i + u) * NT + t];
+            }
+        }
+        res_fold<T>(m, s, w);
+    }
+    const int nst = r.rounds - st0;
+    for (int i = 0; i < nst && begin + (st0 + i) * NT < end; i += U) {
+        uint4 w[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int p = begin + (st0 + i + u) * NT + t;
+            w[u] = i + u < nst && p < end ? xs[p] : res_empty_pack<T>(); /* plainly: read again */
+        }
+        res_fold<T>(m, s, w);
+    }
+
+    /* the block's pair per column: lanes of a warp that share columns (q apart), then the warps
+     * in order by the threads of column c < cols */
+    for (int off = g.q; off < 32; off *= 2)
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            float a[2] = {m[j], s[j]};
+            const float b[2] = {__shfl_xor_sync(0xffffffffu, m[j], off),
+                                __shfl_xor_sync(0xffffffffu, s[j], off)};
+            op_online()(a, b);
+            m[j] = a[0];
+            s[j] = a[1];
+        }
+    if (lane < g.q)
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            red[warp * cols + lane * VEC + j] = m[j];
+            red[(WARPS + warp) * cols + lane * VEC + j] = s[j];
+        }
+    __syncthreads();
+    unsigned long long *slot = ws + o * r.nseg * cols; /* [segment][column] of this slab */
+    if (t < cols) {
+        float a[2] = {red[t], red[WARPS * cols + t]};
+        for (int w = 1; w < WARPS; w++) {
+            const float b[2] = {red[w * cols + t], red[(WARPS + w) * cols + t]};
+            op_online()(a, b);
+        }
+        nd_split_store(slot + seg * cols + t, nd_split_word<2>(a, 0));
+    }
+    __syncthreads(); /* red is free again */
+
+    /* the slab's pair per column: thread t folds segments t / cols, + parts, ... of column
+     * t % cols in order (spinning until each is published), then the threads of each column in
+     * order */
+    {
+        const int c = t % cols, pt = t / cols, parts = NT / cols;
+        float a[2] = {-INFINITY, 0.0f};
+        for (int sg = pt; sg < r.nseg; sg += parts) {
+            unsigned long long w;
+            while ((w = nd_split_load(slot + sg * cols + c)) == ND_SPLIT_EMPTY) {
+            }
+            const float b[2] = {__uint_as_float((unsigned)w), __uint_as_float((unsigned)(w >> 32))};
+            op_online()(a, b);
+        }
+        red[pt * cols + c] = a[0];
+        red[(parts + pt) * cols + c] = a[1];
+        __syncthreads();
+        if (t < cols) {
+            const int n = min(parts, r.nseg);
+            float b0[2] = {red[t], red[parts * cols + t]};
+            for (int i = 1; i < n; i++) {
+                const float b[2] = {red[i * cols + t], red[(parts + i) * cols + t]};
+                op_online()(b0, b);
+            }
+            fin[0][t] = b0[0];
+            fin[1][t] = LOG ? logf(b0[1]) : 1.0f / b0[1];
+        }
+        __syncthreads();
+    }
+
+    /* y: streamed rounds first (the most recently read, still in L2), registers, shared memory */
+    float mm[VEC], ff[VEC];
+    const int c0 = (t % g.q) * VEC;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        mm[j] = fin[0][c0 + j];
+        ff[j] = fin[1][c0 + j];
+    }
+    for (int i = 0; i < nst && begin + (st0 + i) * NT + t < end; i += U) {
+        const int p = begin + (st0 + i) * NT + t;
+        const int n = min(min(U, nst - i), (end - p + NT - 1) / NT);
+        nd_regrow<T, U * VEC> v;
+        slab_load<U, true>(v, xs, p, NT, n);
+        slab_store<LOG, U, T>(ys, p, NT, n, v, mm, ff);
+    }
+#pragma unroll
+    for (int i = 0; i < RR; i++)
+        if (i < r.reg_rounds && begin + i * NT + t < end)
+            res_store_pack<LOG, T>(ys, begin + i * NT + t, rv[i], mm, ff);
+    for (int i = 0; i < nsm; i++) {
+        const int p = begin + (sm0 + i) * NT + t;
+        if (p < end)
+            res_store_pack<LOG, T>(ys, p, res_x[i * NT + t], mm, ff);
+    }
+}
+
 /* ------------------------------------------------------------------------------------------- */
 /* launchers                                                                                     */
 /* ------------------------------------------------------------------------------------------- */
@@ -1482,6 +1763,77 @@ static cudaError_t launch_slab_split(const slab_geom &g, const slab_split &sp, i
     return ce != cudaSuccess ? ce : fe;
 }
 
+/* Shared memory of a resident block beyond its rounds: the warps' pairs, then the segments'. */
+static size_t res_red_bytes(int cols)
+{
+    return 2 * sizeof(float) * (size_t)std::max(kResThreads / 32 * cols, kResThreads);
+}
+
+/* The resident slab plan (softmax_axis_slab_res), or false: whole inner rows of q packs, q
+ * dividing 32, at most kResMaxCols columns; one block an SM for at least three quarters of the
+ * SMs; rounds in registers, then in shared memory as far as it holds them, and no more streamed
+ * than ND_AXIS_RES_STREAM8 / 8 of those. */
+static bool plan_slab_res(const nd_softmax_args *a, size_t es, const nd_cuda_device_info *di,
+                          slab_geom *g, slab_res *r)
+{
+    if (!ND_AXIS_RES || !di->coop_launch || slab_layout(a, es, 0, g) == 0 || 32 % g->q != 0 ||
+        g->inner > kResMaxCols)
+        return false;
+    const int64_t sms = di->sm_count;
+    int64_t nseg = sms / a->outer;
+    if (nseg < 1 || a->outer * nseg * 4 < sms * 3)
+        return false;
+    const int64_t rounds = cdiv(cdiv(g->packs, nseg), kResThreads);
+    nseg = cdiv(g->packs, rounds * kResThreads);
+    const int64_t room = ((int64_t)di->smem_per_block_optin - kResStaticSmem -
+                          (int64_t)res_red_bytes(g->inner)) / (kResThreads * 16);
+    const int64_t rr = std::min(rounds, (int64_t)ND_AXIS_RES_REG_ROUNDS);
+    const int64_t sr = std::min(rounds - rr, std::min(room, (int64_t)kResMaxSmemRounds));
+    if ((rounds - sr - rr) * 8 > (sr + rr) * ND_AXIS_RES_STREAM8)
+        return false;
+    r->nseg = (int)nseg;
+    r->rounds = (int)rounds;
+    r->reg_rounds = (int)rr;
+    r->smem_rounds = (int)sr;
+    return true;
+}
+
+/* The resident path's launch: cooperative (every block resident at once, or an error), around a
+ * stream-ordered workspace of flag words, all empty. */
+template <typename T>
+static cudaError_t launch_slab_res(const slab_geom &g, const slab_res &r, int64_t outer,
+                                   const void *x, void *y, int log, int dev, cudaStream_t stream)
+{
+    auto kernel = log ? softmax_axis_slab_res<T, true> : softmax_axis_slab_res<T, false>;
+    const size_t smem = (size_t)r.smem_rounds * kResThreads * 16 + res_red_bytes(g.inner);
+    nd_error err;
+    if (nd_cuda_allow_smem(kernel, dev, smem, &err) != ND_OK) {
+        const cudaError_t ce = cudaGetLastError();
+        return ce != cudaSuccess ? ce : cudaErrorInvalidValue;
+    }
+    const size_t bytes = (size_t)outer * r.nseg * g.inner * sizeof(unsigned long long);
+    unsigned long long *ws = NULL;
+    cudaError_t ce = cudaMallocAsync((void **)&ws, bytes, stream);
+    if (ce != cudaSuccess)
+        return ce;
+    ce = cudaMemsetAsync(ws, 0xff, bytes, stream); /* ND_SPLIT_EMPTY */
+    if (ce == cudaSuccess) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        cfg.gridDim = dim3((unsigned)(outer * r.nseg));
+        cfg.blockDim = dim3(kResThreads);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = stream;
+        attr[0].id = cudaLaunchAttributeCooperative;
+        attr[0].val.cooperative = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        ce = cudaLaunchKernelEx(&cfg, kernel, (const T *)x, (T *)y, ws, g, r);
+    }
+    cudaError_t fe = cudaFreeAsync(ws, stream);
+    return ce != cudaSuccess ? ce : fe;
+}
+
 template <typename T, int PACKS>
 static cudaError_t launch_slab_packs(const slab_geom &g, int threads, int64_t outer, const void *x,
                                      void *y, int log, cudaStream_t stream)
@@ -1538,8 +1890,10 @@ static cudaError_t launch_typed(const axis_plan &pl, const void *x, void *y, int
 }
 
 /* One call's launch: the slab plan where it applies, else the column plan. */
-static cudaError_t launch_axis(const nd_softmax_args *a, int log, int sms, cudaStream_t stream)
+static cudaError_t launch_axis(const nd_softmax_args *a, int log, const nd_cuda_device_info *di,
+                               cudaStream_t stream)
 {
+    const int sms = di->sm_count;
     const size_t es = nd_dtype_size(a->dtype);
     slab_geom sg;
     int threads = 0, packs = 0;
@@ -1554,6 +1908,17 @@ static cudaError_t launch_axis(const nd_softmax_args *a, int log, int sms, cudaS
         }
     }
     axis_plan pl = plan_axis(a, es, sms);
+    slab_res rs;
+    if (pl.rows == 0 && plan_slab_res(a, es, di, &sg, &rs)) {
+        ND_PLAN("axis slab-res block=%d segments=%d rounds=%d regs=%d smem=%d grid=%lld", kResThreads,
+                rs.nseg, rs.rounds, rs.reg_rounds, rs.smem_rounds, (long long)(a->outer * rs.nseg));
+        switch (a->dtype) {
+        case ND_FLOAT16: return launch_slab_res<__half>(sg, rs, a->outer, a->x, a->y, log, di->device, stream);
+        case ND_BFLOAT16:
+            return launch_slab_res<__nv_bfloat16>(sg, rs, a->outer, a->x, a->y, log, di->device, stream);
+        default: return launch_slab_res<float>(sg, rs, a->outer, a->x, a->y, log, di->device, stream);
+        }
+    }
     slab_split sp;
     if (pl.rows == 0 && ND_AXIS_SLAB_SPLIT && plan_slab_split(a, es, sms, &sg, &sp)) {
         /* the column plan would read x twice too: the slab layout's segments do it faster */
@@ -1588,7 +1953,7 @@ nd_status nd_cuda_softmax_axis(const nd_softmax_args *a, int log, cudaStream_t s
     st = nd_cuda_device_info_get(&di, err);
     if (st != ND_OK)
         return st;
-    cudaError_t ce = launch_axis(a, log, di->sm_count, stream);
+    cudaError_t ce = launch_axis(a, log, di, stream);
     if (ce == cudaSuccess)
         ce = cudaGetLastError();
     if (ce != cudaSuccess)

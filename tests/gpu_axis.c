@@ -153,10 +153,13 @@ Test(gpu_axis, softmax_fixed_shapes)
 
 /* Shapes the slab kernels take (a short inner extent): the one-pass kernel with enough outer
  * indices to fill the GPU (one block per slab at 16-bit (300,200,64), clusters of 2 to 8 blocks,
- * blocks of 160, 192 and 256 threads, threads with one pack fewer than others), and the two-pass
- * segments where the columns are too long for a cluster (a last segment shorter than the others,
- * inner 8 and 24, outer 1), and inner rows too wide for one slab cut into tiles of 8 packs
- * (inner 3136 and 2048); the plan trace shows the path was taken for every dtype. */
+ * blocks of 160, 192 and 256 threads, threads with one pack fewer than others), the two-pass
+ * segments where the columns are too long for a cluster and the slab layout's q (3 or 6 packs)
+ * does not divide a warp (a last segment shorter than the others, inner 24), inner rows too wide
+ * for one slab cut into tiles of 8 packs (inner 3136 and 2048), and the resident segments of long
+ * slabs that fit on chip (outer 1, 2 and 8; (8,32768,64): float32 streams some rounds;
+ * (8,30001,16): a last segment with a partial round and an empty one; inner 8: one pack a row at
+ * 16 bits, a segment of one round); the plan trace shows the path was taken for every dtype. */
 Test(gpu_axis, softmax_slab_shapes)
 {
     need_device();
@@ -167,9 +170,11 @@ Test(gpu_axis, softmax_slab_shapes)
     } shapes[] = {
         {300, 200, 64, "axis slab "},       {400, 333, 48, "axis slab "},
         {300, 1000, 40, "axis slab "},      {300, 512, 64, "axis slab "},
-        {320, 896, 48, "axis slab "},       {2, 32768, 64, "axis slab-split "},
-        {5, 9999, 24, "axis slab-split "},  {1, 70000, 8, "axis slab-split "},
+        {320, 896, 48, "axis slab "},       {2, 32768, 64, "axis slab-res "},
+        {5, 9999, 24, "axis slab-split "},  {1, 70000, 8, "axis slab-res "},
         {4, 300, 3136, "axis slab "},       {6, 333, 2048, "axis slab "},
+        {8, 32768, 64, "axis slab-res "},   {8, 30001, 16, "axis slab-res "},
+        {8, 100000, 8, "axis slab-res "},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int d = 0; d < 3; d++)
