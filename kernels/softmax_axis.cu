@@ -152,7 +152,7 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_RES_UNROLL16 /* the same, 16-bit (4 spilled 16 bytes at 64 registers, nvcc 13) */
 #define ND_AXIS_RES_UNROLL16 2
 #endif
-#ifndef ND_AXIS_RES_STREAM8 /* streamed rounds a segment may have, in eighths of its resident ones */
+#ifndef ND_AXIS_RES_STREAM8 /* streamed rounds a segment may have, in eighths of its resident */
 #define ND_AXIS_RES_STREAM8 8
 #endif
 #ifndef ND_AXIS_RES_BATCH /* rounds a thread folds into its pairs at once (one rescale each) */
@@ -1257,8 +1257,8 @@ __device__ __forceinline__ void res_fold(float (&m)[VEC], float (&s)[VEC], const
 
 /* y of one pack: exp(x - m) * f (softmax, f = 1 / sum) or x - m - f (log_softmax, f = log sum) */
 template <bool LOG, class T, int VEC>
-__device__ __forceinline__ void res_store_pack(uint4 *ys, int p, const uint4 &w, const float (&m)[VEC],
-                                               const float (&f)[VEC])
+__device__ __forceinline__ void res_store_pack(uint4 *ys, int p, const uint4 &w,
+                                               const float (&m)[VEC], const float (&f)[VEC])
 {
     nd_regrow<T, VEC> v;
     v.put_pack(0, {w.x, w.y, w.z, w.w});
@@ -1277,7 +1277,8 @@ softmax_axis_slab_res(const T *__restrict__ x, T *__restrict__ y, unsigned long 
     __shared__ uint64_t bar[kResMaxSmemRounds];
     __shared__ float fin[2][kResMaxCols];
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, cols = g.inner;
-    float *red = reinterpret_cast<float *>(res_x + (size_t)r.smem_rounds * NT); /* see res_red_bytes */
+    /* the block's reductions, after its rounds (res_red_bytes) */
+    float *red = reinterpret_cast<float *>(res_x + (size_t)r.smem_rounds * NT);
     const int64_t o = blockIdx.x / r.nseg;
     const int seg = (int)(blockIdx.x % r.nseg);
     const int begin = seg * r.rounds * NT, end = min(g.packs, begin + r.rounds * NT);
@@ -1910,14 +1911,25 @@ static cudaError_t launch_axis(const nd_softmax_args *a, int log, const nd_cuda_
     axis_plan pl = plan_axis(a, es, sms);
     slab_res rs;
     if (pl.rows == 0 && plan_slab_res(a, es, di, &sg, &rs)) {
-        ND_PLAN("axis slab-res block=%d segments=%d rounds=%d regs=%d smem=%d grid=%lld", kResThreads,
-                rs.nseg, rs.rounds, rs.reg_rounds, rs.smem_rounds, (long long)(a->outer * rs.nseg));
+        ND_PLAN("axis slab-res block=%d segments=%d rounds=%d regs=%d smem=%d grid=%lld",
+                kResThreads, rs.nseg, rs.rounds, rs.reg_rounds, rs.smem_rounds,
+                (long long)(a->outer * rs.nseg));
+        const int dev = di->device;
+        cudaError_t ce;
         switch (a->dtype) {
-        case ND_FLOAT16: return launch_slab_res<__half>(sg, rs, a->outer, a->x, a->y, log, di->device, stream);
+        case ND_FLOAT16:
+            ce = launch_slab_res<__half>(sg, rs, a->outer, a->x, a->y, log, dev, stream);
+            break;
         case ND_BFLOAT16:
-            return launch_slab_res<__nv_bfloat16>(sg, rs, a->outer, a->x, a->y, log, di->device, stream);
-        default: return launch_slab_res<float>(sg, rs, a->outer, a->x, a->y, log, di->device, stream);
+            ce = launch_slab_res<__nv_bfloat16>(sg, rs, a->outer, a->x, a->y, log, dev, stream);
+            break;
+        default: ce = launch_slab_res<float>(sg, rs, a->outer, a->x, a->y, log, dev, stream);
         }
+        if (ce != cudaErrorCooperativeLaunchTooLarge)
+            return ce;
+        /* the grid does not fit at once after all (a device shared with other processes): the
+         * two-pass path below, which does not need it to */
+        (void)cudaGetLastError();
     }
     slab_split sp;
     if (pl.rows == 0 && ND_AXIS_SLAB_SPLIT && plan_slab_split(a, es, sms, &sg, &sp)) {
