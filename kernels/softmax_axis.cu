@@ -1196,7 +1196,7 @@ softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float 
  * H100, three alternating rounds against the two-pass slab path (bench/results/
  * axis_resident_h100.txt), % of the copy ceiling: (8,32768,64) ax1 16-bit 60.0-60.9 -> 73.8-74.0,
  * float32 (15 of 32 rounds streamed) 62.5-62.6 -> 75.5-75.6. Where the time goes (ncu, float16
- * softmax, 31 us): the loads and statistics a third, at about the DRAM's read speed; the stores
+ * softmax, folds of 4 rounds, 31 us at ncu's clocks): the loads and statistics a third, at about the DRAM's read speed; the stores
  * under a third; the start (barrier set-up, the first loads' latency) and the two reductions with
  * the wait for a slab's slowest segment the rest, with the DRAM idle. Measured and not kept:
  *   - the first form: one rescale and one exp an element (a branch-free online update), a
