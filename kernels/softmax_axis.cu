@@ -1205,9 +1205,9 @@ softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float 
  *     every copy at the start (folds of 4): 70.5-70.7;
  *   - the warps' pairs, and the segments' pairs, folded by teams of 16 lanes a column (a
  *     butterfly) instead of one thread a column walking them in order: 16-bit 71.0-71.6; the
- *     warps' pairs only: 72.3-72.7; with 3 copies ahead those gained 1.5-2 (72.5, 74.2-74.7;
- *     float32 0.3 lower), 10 ahead lost 1.7; a nanosleep between looks at an unpublished segment:
- *     within 0.3;
+ *     warps' pairs only: 72.3-72.7; with 3 copies ahead those gained 1.5-2 (72.5; and 74.2-74.7,
+ *     0.4-0.8 above the kept form in the same run, but float32 0.7-1.0 below it), 10 ahead lost
+ *     1.7; a nanosleep between looks at an unpublished segment: within 0.3;
  *   - two phases (a block takes a segment of slab o, then of slab o + outer / 2, whose copies it
  *     asks for once the first phase's statistics are done, to overlap the first phase's wait and
  *     stores with the second's loads): 16-bit 65-66, ncu 38 us against 31;
