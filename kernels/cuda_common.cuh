@@ -647,6 +647,15 @@ __device__ __forceinline__ unsigned long long nd_split_load(const unsigned long 
     return v;
 }
 
+/* The word at p once its publisher has written it (spinning while it is ND_SPLIT_EMPTY). */
+__device__ __forceinline__ unsigned long long nd_split_wait(const unsigned long long *p)
+{
+    unsigned long long v;
+    while ((v = nd_split_load(p)) == ND_SPLIT_EMPTY) {
+    }
+    return v;
+}
+
 /* Leaving a cluster kernel in two halves (sm_90): nd_cluster_arrive_relaxed() once this block
  * has used the last value it read from another block's shared memory (used, so the read has
  * completed: issue is in order, so a store of the value or a barrier after it is enough), and

@@ -215,8 +215,7 @@ __device__ __forceinline__ void nd_split_gather(float (&v)[K], O op, const unsig
                 nd_split_load2(slots + c * ND_SPLIT_WORDS, w[0], w[1]);
             while (w[0] == ND_SPLIT_EMPTY || w[1] == ND_SPLIT_EMPTY);
         } else {
-            while ((w[0] = nd_split_load(slots + c * ND_SPLIT_WORDS)) == ND_SPLIT_EMPTY) {
-            }
+            w[0] = nd_split_wait(slots + c * ND_SPLIT_WORDS);
         }
         float b[K];
 #pragma unroll

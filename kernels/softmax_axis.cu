@@ -1196,9 +1196,10 @@ softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float 
  * H100, three alternating rounds against the two-pass slab path (bench/results/
  * axis_resident_h100.txt), % of the copy ceiling: (8,32768,64) ax1 16-bit 60.0-60.9 -> 73.8-74.0,
  * float32 (15 of 32 rounds streamed) 62.5-62.6 -> 75.5-75.6. Where the time goes (ncu, float16
- * softmax, folds of 4 rounds, 31 us at ncu's clocks): the loads and statistics a third, at about the DRAM's read speed; the stores
- * under a third; the start (barrier set-up, the first loads' latency) and the two reductions with
- * the wait for a slab's slowest segment the rest, with the DRAM idle. Measured and not kept:
+ * softmax, folds of 4 rounds, 31 us at ncu's clocks): the loads and statistics a third, at about
+ * the DRAM's read speed; the stores under a third; the start (barrier set-up, the first loads'
+ * latency) and the two reductions with the wait for a slab's slowest segment the rest, with the
+ * DRAM idle. Measured and not kept:
  *   - the first form: one rescale and one exp an element (a branch-free online update), a
  *     ticket per block instead of a cooperative grid, every bulk copy asked for at the start:
  *     16-bit 66.5-68.0, float32 73.1-73.4; folds of 4 rounds instead of 2: 16-bit 71.4-72.3;
@@ -1385,9 +1386,7 @@ softmax_axis_slab_res(const T *__restrict__ x, T *__restrict__ y, unsigned long 
         const int c = t % cols, pt = t / cols, parts = NT / cols;
         float a[2] = {-INFINITY, 0.0f};
         for (int sg = pt; sg < r.nseg; sg += parts) {
-            unsigned long long w;
-            while ((w = nd_split_load(slot + sg * cols + c)) == ND_SPLIT_EMPTY) {
-            }
+            const unsigned long long w = nd_split_wait(slot + sg * cols + c);
             const float b[2] = {__uint_as_float((unsigned)w), __uint_as_float((unsigned)(w >> 32))};
             op_online()(a, b);
         }
