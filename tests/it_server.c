@@ -52,19 +52,13 @@ static void *xalloc(size_t n)
     return p;
 }
 
-/* A random case: shape of rank 2 or 3 drawn from srng, data and parameters (present) from rng.
- * alpha_shared picks prelu's form. */
-static void case_make_from(op_case *c, nd_op op, nd_dtype dt, uint64_t *srng, uint64_t *rng,
-                           int axis, int alpha_shared)
+/* A case of the shape in c->ndim, c->shape: data and parameters (present) from rng, and the
+ * float64 reference. axis < 0 counts from the end; alpha_shared picks prelu's form. */
+static void case_fill(op_case *c, nd_op op, nd_dtype dt, uint64_t *rng, int axis, int alpha_shared)
 {
-    memset(c, 0, sizeof *c);
     c->op = op;
     c->dt = dt;
-    c->ndim = 2 + (int)(nd_rand_u64(srng) % 2);
-    for (int i = 0; i < c->ndim; i++)
-        c->shape[i] = 1 + (int64_t)(nd_rand_u64(srng) % 9);
-    c->shape[c->ndim - 1] += 3; /* rows a little wider than the rest */
-    c->axis = axis < 0 ? c->ndim - 1 : axis % c->ndim;
+    c->axis = axis < 0 ? c->ndim + axis : axis % c->ndim;
     c->n = 1;
     for (int i = 0; i < c->ndim; i++)
         c->n *= c->shape[i];
@@ -111,6 +105,19 @@ static void case_make_from(op_case *c, nd_op op, nd_dtype dt, uint64_t *srng, ui
                          c->rstd);
     } else
         nd_ref_rmsnorm(c->xd, c->outer, c->mid, c->p0d, 1e-6, c->ref, c->rstd);
+}
+
+/* A random case: shape of rank 2 or 3 drawn from srng, data and parameters from rng. axis < 0:
+ * the last. */
+static void case_make_from(op_case *c, nd_op op, nd_dtype dt, uint64_t *srng, uint64_t *rng,
+                           int axis, int alpha_shared)
+{
+    memset(c, 0, sizeof *c);
+    c->ndim = 2 + (int)(nd_rand_u64(srng) % 2);
+    for (int i = 0; i < c->ndim; i++)
+        c->shape[i] = 1 + (int64_t)(nd_rand_u64(srng) % 9);
+    c->shape[c->ndim - 1] += 3; /* rows a little wider than the rest */
+    case_fill(c, op, dt, rng, axis < 0 ? -1 : axis, alpha_shared);
 }
 
 static void case_make(op_case *c, nd_op op, nd_dtype dt, uint64_t *rng, int axis,
@@ -927,6 +934,50 @@ Test(configured, serves_a_unix_socket, .init = start_unix, .fini = stop_expect_c
 }
 
 /* ---- large batches and the per-device series ---- */
+/* Softmax over a middle axis of long columns and a short inner extent (slabs), requests of
+ * different shapes in flight at once, so they run as separate batches on several of the
+ * daemon's streams, with row-op requests between them. On a GPU with cooperative launch these
+ * shapes take the resident slab kernel (softmax_axis_slab_res: one block per SM, every block
+ * waiting on its slab's others, so two such grids cannot share the device), which gpu_axis's
+ * plan check shows for them; the test asks that every answer arrives within the client's
+ * timeout and matches its float64 reference. Two requests share a shape and may share a batch. */
+Test(server, long_axis_slabs_and_rows_at_once_each_get_their_own_answer, .timeout = 240)
+{
+    static const struct {
+        nd_op op;
+        nd_dtype dt;
+        int64_t shape[3];
+    } kinds[] = {
+        {ND_OP_SOFTMAX, ND_FLOAT32, {1, 70000, 8}},
+        {ND_OP_SOFTMAX, ND_FLOAT32, {1, 70000, 8}},
+        {ND_OP_LOG_SOFTMAX, ND_FLOAT16, {1, 70000, 8}},
+        {ND_OP_SOFTMAX, ND_BFLOAT16, {2, 32768, 64}},
+        {ND_OP_LOG_SOFTMAX, ND_FLOAT32, {8, 30001, 16}},
+        {ND_OP_SOFTMAX, ND_FLOAT16, {2, 50000, 32}},
+        {ND_OP_LOG_SOFTMAX, ND_BFLOAT16, {1, 99999, 24}},
+        {ND_OP_LAYERNORM, ND_FLOAT16, {64, 4096, 0}},
+        {ND_OP_RMSNORM, ND_BFLOAT16, {3, 70000, 0}},
+        {ND_OP_SOFTMAX, ND_FLOAT32, {256, 1000, 0}},
+    };
+    const int n = (int)(sizeof kinds / sizeof kinds[0]);
+    flight *f = xalloc(sizeof *f * (size_t)n);
+    uint64_t rng = 0x51ab;
+    for (int i = 0; i < n; i++) {
+        op_case *c = &f[i].c;
+        memset(c, 0, sizeof *c);
+        c->ndim = kinds[i].shape[2] ? 3 : 2;
+        memcpy(c->shape, kinds[i].shape, sizeof kinds[i].shape);
+        case_fill(c, kinds[i].op, kinds[i].dt, &rng, c->ndim == 3 ? 1 : -1, 0);
+        f[i].url = case_binary_url(c, &daemon_, 0);
+        f[i].body = case_binary_body(c, &f[i].len);
+    }
+    fly(f, n, 0, NULL);
+    for (int i = 0; i < n; i++)
+        check_binary_answer(&f[i].c, &f[i].r, 0);
+    free_flights(f, n);
+    expect_valid_request_works();
+}
+
 
 /* 2048 x 4096 float32 is 32 MiB each way: more than an engine slot's initial staging, so the
  * engine grows its buffers; a small request of another dtype after it must still be right. */
