@@ -161,6 +161,11 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_RES_WINDOW /* bulk copies a block keeps in flight (0: all of them at its start) */
 #define ND_AXIS_RES_WINDOW 6
 #endif
+/* Which resident launches empty their workspace themselves (res_clears): 0 none, 1 16-bit,
+ * 2 all; the others are preceded by a memset of it. */
+#ifndef ND_AXIS_RES_CLEAR
+#define ND_AXIS_RES_CLEAR 1
+#endif
 #ifndef ND_AXIS_KEEP16_64 /* exps a thread keeps, 16-bit column kernels of 512+ threads */
 #define ND_AXIS_KEEP16_64 16
 #endif
@@ -1192,6 +1197,11 @@ softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float 
  * slab's segments in one fixed order (so every block of a slab, and every run, gets the same bits)
  * and writes y from registers and shared memory. x crosses DRAM once and y once, a copy's
  * traffic, where the two-pass slab path reads x twice and spends a launch between the reads.
+ * The flag words start empty: a 16-bit launch empties them itself (each block its own words,
+ * then one grid barrier once its register rounds are folded, while its bulk copies fly: res_clears),
+ * a float32 launch follows a memset of the workspace. Against the memset, five alternating
+ * rounds (stop 38): 16-bit 73.3-73.6 -> 74.4-74.9% of the copy ceiling; float32 clearing itself
+ * lost 1.3-1.4 (75.6-75.8 -> 74.2-74.5), and a barrier before the first fold lost 1.6-2.4 (16-bit).
  *
  * H100, three alternating rounds against the two-pass slab path (bench/results/
  * axis_resident_h100.txt), % of the copy ceiling: (8,32768,64) ax1 16-bit 60.0-60.9 -> 73.8-74.0,
@@ -1225,6 +1235,14 @@ struct slab_res {
     int reg_rounds;  /* rounds in registers (<= ND_AXIS_RES_REG_ROUNDS) */
     int smem_rounds; /* then rounds in shared memory; the rest are streamed */
 };
+
+/* Whether a resident launch of T empties its own flag words (each block its own, then one grid
+ * barrier once its first rounds are folded, its bulk copies in flight) rather than follow a
+ * memset of the workspace. */
+template <class T> __host__ __device__ constexpr bool res_clears()
+{
+    return ND_AXIS_RES_CLEAR == 2 || (ND_AXIS_RES_CLEAR == 1 && sizeof(T) == 2);
+}
 
 /* A pack of nothing: every element -inf, so it adds nothing to a column's pair. */
 template <class T> __device__ __forceinline__ uint4 res_empty_pack()
@@ -1293,6 +1311,9 @@ softmax_axis_slab_res(const T *__restrict__ x, T *__restrict__ y, unsigned long 
     const int sm0 = r.reg_rounds, st0 = r.reg_rounds + r.smem_rounds;
     const int nsm = min(r.smem_rounds, (end - begin + NT - 1) / NT - sm0); /* rounds with packs */
 
+    unsigned long long *slot = ws + o * r.nseg * cols; /* [segment][column] of this slab */
+    if (res_clears<T>() && t < cols)
+        nd_split_store(slot + seg * cols + t, ND_SPLIT_EMPTY);
     if (t == 0) {
         for (int i = 0; i < r.smem_rounds; i++)
             nd_mbar_init(&bar[i], 1);
@@ -1324,6 +1345,8 @@ softmax_axis_slab_res(const T *__restrict__ x, T *__restrict__ y, unsigned long 
         s[j] = 0.0f;
     }
     res_fold<T>(m, s, rv);
+    if (res_clears<T>())
+        cg::this_grid().sync(); /* every block's words are empty */
     for (int i = 0; i < nsm; i += B) {
         issue_to(ND_AXIS_RES_WINDOW > 0 ? i + B + ND_AXIS_RES_WINDOW : nsm);
         uint4 w[B];
@@ -1368,7 +1391,6 @@ softmax_axis_slab_res(const T *__restrict__ x, T *__restrict__ y, unsigned long 
             red[(WARPS + warp) * cols + lane * VEC + j] = s[j];
         }
     __syncthreads();
-    unsigned long long *slot = ws + o * r.nseg * cols; /* [segment][column] of this slab */
     if (t < cols) {
         float a[2] = {red[t], red[WARPS * cols + t]};
         for (int w = 1; w < WARPS; w++) {
@@ -1820,7 +1842,8 @@ static cudaError_t launch_slab_res(const slab_geom &g, const slab_res &r, int64_
     cudaError_t ce = cudaMallocAsync((void **)&ws, bytes, stream);
     if (ce != cudaSuccess)
         return ce;
-    ce = cudaMemsetAsync(ws, 0xff, bytes, stream); /* ND_SPLIT_EMPTY */
+    if (!res_clears<T>())
+        ce = cudaMemsetAsync(ws, 0xff, bytes, stream); /* ND_SPLIT_EMPTY */
     if (ce == cudaSuccess) {
         cudaLaunchConfig_t cfg = {};
         cudaLaunchAttribute attr[1];
