@@ -218,7 +218,11 @@ struct nd_layernorm_op {
     /* Tried: 16-bit rows in the plain block kernel at 4 packs a thread in larger blocks (up to
      * 512 threads) instead of 8, which spill 276 bytes a thread at the 64-register cap (nvcc 13,
      * -Xptxas -v; 4 and 5 packs spill none). H200, three runs each: 8192 columns 86.7 -> 87.9% of
-     * the copy ceiling, 16384 87.5 -> 81.5, 2048-4096 and 32768 unchanged. Not kept. */
+     * the copy ceiling, 16384 87.5 -> 81.5, 2048-4096 and 32768 unchanged. Not kept.
+     * Tried (H100, five alternating rounds, bench/results/ln_warp_blocks_h100.txt): the exact
+     * twin of 16-bit lanes of 2 packs (128 columns), whose bfloat16 kernel takes 71 registers and
+     * so 7 blocks where float16's takes 64 (8 blocks), capped at 8 blocks (63 registers, no
+     * spill): bfloat16 94.6 -> 94.5% of the copy ceiling, float16 95.8 -> 94.8. Not kept. */
     /* Warp-kernel lanes of at most ND_LN_PARAM_HOLD16 (2) packs of a 16-bit row load all their
      * parameters with x (nd_param_hold); float32 rows of 64 columns (8 lanes of 2 packs) lost 1.2
      * points of the copy ceiling holding theirs (H100, bench/results/rows_split_h100.txt). 16-bit
