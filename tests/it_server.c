@@ -4,7 +4,8 @@
  * Every op x dtype over JSON and raw binary is checked against the float64 reference in
  * tests/util; every class of bad input gets its 4xx and a message naming the problem, and the
  * daemon answers a valid request right after; concurrent requests are served in fewer batches than
- * requests, each with its own answer; overload answers 503 with Retry-After; SIGTERM answers what
+ * requests, each with its own answer, and softmax over long middle-axis slabs of several shapes
+ * at once (separate batches, several streams) answers each right; overload answers 503 with Retry-After; SIGTERM answers what
  * was accepted and exits 0. The backend comes from $NORMD_BACKEND (default cpu).
  */
 #include <criterion/criterion.h>
@@ -717,6 +718,51 @@ Test(configured, concurrent_requests_share_batches_and_get_their_own_answers,
     free_flights(f, n);
 }
 
+/* Softmax over a middle axis of long columns and a short inner extent (slabs), requests of
+ * different shapes in flight at once, so they run as separate batches on several of the
+ * daemon's streams, with row-op requests between them. On a GPU with cooperative launch, slabs
+ * like these take the resident slab kernel (softmax_axis_slab_res: one block per SM, every block
+ * waiting on its slab's others, so two such grids cannot share the device; gpu_axis's plan check
+ * names the path for shapes of each kind), and (1,99999,24), whose inner rows are 3 packs, the
+ * two-pass one. Every answer must arrive within the client's timeout and match its float64
+ * reference. Two requests share a shape and may share a batch. */
+Test(server, long_axis_slabs_and_rows_at_once_each_get_their_own_answer, .timeout = 240)
+{
+    static const struct {
+        nd_op op;
+        nd_dtype dt;
+        int64_t shape[3];
+    } kinds[] = {
+        {ND_OP_SOFTMAX, ND_FLOAT32, {1, 70000, 8}},
+        {ND_OP_SOFTMAX, ND_FLOAT32, {1, 70000, 8}},
+        {ND_OP_LOG_SOFTMAX, ND_FLOAT16, {1, 70000, 8}},
+        {ND_OP_SOFTMAX, ND_BFLOAT16, {2, 32768, 64}},
+        {ND_OP_LOG_SOFTMAX, ND_FLOAT32, {8, 30001, 16}},
+        {ND_OP_SOFTMAX, ND_FLOAT16, {2, 50000, 32}},
+        {ND_OP_LOG_SOFTMAX, ND_BFLOAT16, {1, 99999, 24}},
+        {ND_OP_LAYERNORM, ND_FLOAT16, {64, 4096, 0}},
+        {ND_OP_RMSNORM, ND_BFLOAT16, {3, 70000, 0}},
+        {ND_OP_SOFTMAX, ND_FLOAT32, {256, 1000, 0}},
+    };
+    const int n = (int)(sizeof kinds / sizeof kinds[0]);
+    flight *f = xalloc(sizeof *f * (size_t)n);
+    uint64_t rng = 0x51ab;
+    for (int i = 0; i < n; i++) {
+        op_case *c = &f[i].c;
+        memset(c, 0, sizeof *c);
+        c->ndim = kinds[i].shape[2] ? 3 : 2;
+        memcpy(c->shape, kinds[i].shape, sizeof kinds[i].shape);
+        case_fill(c, kinds[i].op, kinds[i].dt, &rng, c->ndim == 3 ? 1 : -1, 0);
+        f[i].url = case_binary_url(c, &daemon_, 0);
+        f[i].body = case_binary_body(c, &f[i].len);
+    }
+    fly(f, n, 0, NULL);
+    for (int i = 0; i < n; i++)
+        check_binary_answer(&f[i].c, &f[i].r, 0);
+    free_flights(f, n);
+    expect_valid_request_works();
+}
+
 static void start_tiny_queue(void)
 {
     static const char *const args[] = {"--queue-limit", "4", "--max-delay-us", "300000", NULL};
@@ -934,50 +980,6 @@ Test(configured, serves_a_unix_socket, .init = start_unix, .fini = stop_expect_c
 }
 
 /* ---- large batches and the per-device series ---- */
-/* Softmax over a middle axis of long columns and a short inner extent (slabs), requests of
- * different shapes in flight at once, so they run as separate batches on several of the
- * daemon's streams, with row-op requests between them. On a GPU with cooperative launch these
- * shapes take the resident slab kernel (softmax_axis_slab_res: one block per SM, every block
- * waiting on its slab's others, so two such grids cannot share the device), which gpu_axis's
- * plan check shows for them; the test asks that every answer arrives within the client's
- * timeout and matches its float64 reference. Two requests share a shape and may share a batch. */
-Test(server, long_axis_slabs_and_rows_at_once_each_get_their_own_answer, .timeout = 240)
-{
-    static const struct {
-        nd_op op;
-        nd_dtype dt;
-        int64_t shape[3];
-    } kinds[] = {
-        {ND_OP_SOFTMAX, ND_FLOAT32, {1, 70000, 8}},
-        {ND_OP_SOFTMAX, ND_FLOAT32, {1, 70000, 8}},
-        {ND_OP_LOG_SOFTMAX, ND_FLOAT16, {1, 70000, 8}},
-        {ND_OP_SOFTMAX, ND_BFLOAT16, {2, 32768, 64}},
-        {ND_OP_LOG_SOFTMAX, ND_FLOAT32, {8, 30001, 16}},
-        {ND_OP_SOFTMAX, ND_FLOAT16, {2, 50000, 32}},
-        {ND_OP_LOG_SOFTMAX, ND_BFLOAT16, {1, 99999, 24}},
-        {ND_OP_LAYERNORM, ND_FLOAT16, {64, 4096, 0}},
-        {ND_OP_RMSNORM, ND_BFLOAT16, {3, 70000, 0}},
-        {ND_OP_SOFTMAX, ND_FLOAT32, {256, 1000, 0}},
-    };
-    const int n = (int)(sizeof kinds / sizeof kinds[0]);
-    flight *f = xalloc(sizeof *f * (size_t)n);
-    uint64_t rng = 0x51ab;
-    for (int i = 0; i < n; i++) {
-        op_case *c = &f[i].c;
-        memset(c, 0, sizeof *c);
-        c->ndim = kinds[i].shape[2] ? 3 : 2;
-        memcpy(c->shape, kinds[i].shape, sizeof kinds[i].shape);
-        case_fill(c, kinds[i].op, kinds[i].dt, &rng, c->ndim == 3 ? 1 : -1, 0);
-        f[i].url = case_binary_url(c, &daemon_, 0);
-        f[i].body = case_binary_body(c, &f[i].len);
-    }
-    fly(f, n, 0, NULL);
-    for (int i = 0; i < n; i++)
-        check_binary_answer(&f[i].c, &f[i].r, 0);
-    free_flights(f, n);
-    expect_valid_request_works();
-}
-
 
 /* 2048 x 4096 float32 is 32 MiB each way: more than an engine slot's initial staging, so the
  * engine grows its buffers; a small request of another dtype after it must still be right. */
