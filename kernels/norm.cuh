@@ -43,8 +43,11 @@ struct nd_norm_policy {
      * -> 96.3 (softmax's float32 rows gained 1-2 points at 262144 and 1048576 columns); 16-bit
      * RMSNorm lost 0 to 1.4 (bench/results/rows_split_h100.txt). */
     static constexpr int split_threads(int elem_bytes) { return elem_bytes == 4 ? 256 : 512; }
-    /* the split kernel's L2 prefetch, eighths of a device-full of blocks ahead (rows_split.cuh) */
-    static constexpr int split_pf_ahead8 = 4;
+    /* the split kernel's L2 prefetch, eighths of a device-full of blocks ahead (rows_split.cuh),
+     * on a device of the fast class or not: half a device-full on both (H100, four alternating
+     * rounds, 128x1048576 and 512x262144: 3 eighths moved -0.9 to +1.4 points of the copy
+     * ceiling, 2 lost up to 5.8 and 6 up to 4.9; bench/results/rows_split_pf.txt) */
+    static constexpr int split_pf_ahead8(bool) { return 4; }
     static constexpr int kClusterMax = 16;
     static constexpr int kStreamThreads = 512;
     /* the warp kernel everywhere; LayerNorm and RMSNorm name their tile kernel geometries in

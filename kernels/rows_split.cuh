@@ -116,7 +116,9 @@
  * +1.6 to +3.8 points of the copy ceiling (float32 RMSNorm 0), 512x262144 16-bit LayerNorm
  * +1.4 / +1.7, float32 softmax / log_softmax +2.7, the others within 0.5 (half a device-full
  * ahead). A device-full ahead: 16-bit softmax / log_softmax 128x1048576 2-3 higher still,
- * LayerNorm and RMSNorm 1-3.5 lower; so the op's policy names it (split_pf_ahead8).
+ * LayerNorm and RMSNorm 1-3.5 lower; so the op's policy names it (split_pf_ahead8), for a
+ * device of the fast class (nd_rows_run) and for another: on an H100 softmax and log_softmax
+ * do best at 5 eighths (float32 128x1048576 +3.1-3.4 against a device-full).
  * In rows of 2-8 chunks it lost 1-4 points (16-bit 2048x65536), and its code carried in the
  * kernel that does not prefetch cost those 0.5-1.6: so it is a kernel of its own. */
 #ifndef ND_ROWS_SPLIT_PF
@@ -449,8 +451,9 @@ constexpr int nd_split_packs = ND_ROWS_SPLIT_PACKS ? ND_ROWS_SPLIT_PACKS : Pol::
 
 template <class Op, class T, class Pol, int THREADS>
 static nd_status nd_rows_split_go(const nd_rows_args<T> &a, const typename Op::Params &prm,
-                                  int64_t P, bool on_grid, const nd_cuda_device_info *di,
-                                  cudaStream_t s, const char *name, nd_error *err, bool *ran)
+                                  int64_t P, bool fast, bool on_grid,
+                                  const nd_cuda_device_info *di, cudaStream_t s, const char *name,
+                                  nd_error *err, bool *ran)
 {
     constexpr int VEC = nd_cuda_type<T>::pack;
     constexpr int PACKS = nd_split_packs<Pol>;
@@ -465,14 +468,19 @@ static nd_status nd_rows_split_go(const nd_rows_args<T> &a, const typename Op::P
     /* the prefetching kernel is a kernel of its own: its code in the other cost 16-bit rows of
      * 2-8 chunks 0.5-1.6 points (H200, bench/results/rows_split_pf.txt) */
     const bool pf = ND_ROWS_SPLIT_PF && chunks >= ND_ROWS_SPLIT_PF_MIN_CHUNKS;
-    constexpr int PF8 = ND_ROWS_SPLIT_PF_AHEAD8 ? ND_ROWS_SPLIT_PF_AHEAD8 : Pol::split_pf_ahead8;
-    static_assert(PF8 > 0, "a prefetch ahead of the block's own chunk");
+    /* how far ahead, on a device of the policies' fast class (F) or another (S): one kernel when
+     * the policy says the same for both */
+    constexpr int PF8F = ND_ROWS_SPLIT_PF_AHEAD8 ? ND_ROWS_SPLIT_PF_AHEAD8 : Pol::split_pf_ahead8(true);
+    constexpr int PF8S = ND_ROWS_SPLIT_PF_AHEAD8 ? ND_ROWS_SPLIT_PF_AHEAD8 : Pol::split_pf_ahead8(false);
+    static_assert(PF8F > 0 && PF8S > 0, "a prefetch ahead of the block's own chunk");
     /* ND_ROWS_SPLIT_EXACT: the twin for rows of whole chunks on the grid */
     const bool whole = ND_ROWS_SPLIT_EXACT && on_grid && a.cols % ((int64_t)THREADS * PACKS * VEC) == 0;
-    auto kernel = whole ? (pf ? nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, PF8, true>
-                              : nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, 0, true>)
-                        : (pf ? nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, PF8>
-                              : nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, 0>);
+    auto kernel = whole ? (!pf   ? nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, 0, true>
+                           : fast ? nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, PF8F, true>
+                                  : nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, PF8S, true>)
+                        : (!pf   ? nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, 0>
+                           : fast ? nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, PF8F>
+                                  : nd_rows_split_kernel<Op, T, VEC, PACKS, THREADS, PF8S>);
     int per_sm = 0;
     nd_status st = nd_cuda_blocks_per_sm(kernel, di->device, THREADS, 0, &per_sm, err);
     if (st != ND_OK)
@@ -533,9 +541,11 @@ static nd_status nd_rows_split_try(const nd_rows_args<T> &a, const typename Op::
     constexpr int TH_FAST = ND_ROWS_SPLIT_THREADS ? TH : nd_split_long<Pol>::threads(E, true);
     *ran = false;
     if (P > (int64_t)ND_ROWS_SPLIT_LONG_CHUNKS * TH * nd_split_packs<Pol>)
-        return fast ? nd_rows_split_go<Op, T, Pol, TH_FAST>(a, prm, P, on_grid, di, s, name, err, ran)
-                    : nd_rows_split_go<Op, T, Pol, TH_SLOW>(a, prm, P, on_grid, di, s, name, err, ran);
-    return nd_rows_split_go<Op, T, Pol, TH>(a, prm, P, on_grid, di, s, name, err, ran);
+        return fast ? nd_rows_split_go<Op, T, Pol, TH_FAST>(a, prm, P, fast, on_grid, di, s, name,
+                                                            err, ran)
+                    : nd_rows_split_go<Op, T, Pol, TH_SLOW>(a, prm, P, fast, on_grid, di, s, name,
+                                                            err, ran);
+    return nd_rows_split_go<Op, T, Pol, TH>(a, prm, P, fast, on_grid, di, s, name, err, ran);
 }
 
 #endif /* ND_ROWS_SPLIT_CUH */

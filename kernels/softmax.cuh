@@ -127,9 +127,13 @@ template <bool LOG> struct nd_softmax_policy {
         return elem_bytes == 2 && !fast ? 512 : ND_SM_SPLIT_THREADS;
     }
     /* the split kernel's L2 prefetch, eighths of a device-full of blocks ahead (rows_split.cuh):
-     * H200, 16-bit 128x1048576 2-3 points higher than at half a device-full, where LayerNorm
-     * and RMSNorm lost 1-3.5 */
-    static constexpr int split_pf_ahead8 = 8;
+     * a device-full on a fast one (H200, 16-bit 128x1048576 2-3 points higher than at half a
+     * device-full, where LayerNorm and RMSNorm lost 1-3.5), 5 eighths on another (H100, four
+     * alternating rounds against a device-full, % of the copy ceiling: 128x1048576 float32
+     * 88.6-88.9 -> 92.0-92.2, 16-bit 92.8-93.2 -> 93.9-94.4; 512x262144 float32 +0.3-0.4,
+     * 16-bit -0.3 to 0; 4 eighths lost 1.5-2.4 at 16-bit, 6 was within 0.5 of 5 at 1048576
+     * columns, measured in another call; bench/results/rows_split_pf.txt) */
+    static constexpr int split_pf_ahead8(bool fast) { return fast ? 8 : 5; }
     static constexpr int kClusterMax = 16;
     static constexpr int kStreamThreads = 512;
 };
