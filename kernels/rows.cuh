@@ -1123,6 +1123,8 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *   split_threads_long(element bytes, fast)  optional: the same for rows of more than
  *                  ND_ROWS_SPLIT_LONG_CHUNKS (32) such chunks, on a device of
  *                  ND_ROWS_FAST_GBPS or more (fast) or less (rows_split.cuh)
+ *   split_pf_ahead8(fast)  how far ahead the split kernel asks L2 for a chunk, in eighths of a
+ *                  device-full of blocks, on a device of the fast class or not (rows_split.cuh)
  *   kClusterMax    largest cluster (<= 16)
  *   kStreamThreads block size of the stream kernel
  *   tile_tiles(element bytes, w, packs, fast, exact)  tiles a block of the tile kernel takes
