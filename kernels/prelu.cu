@@ -66,9 +66,16 @@ namespace {
  * 0.7-2.3 points on the H200 at (96,512,7,7) and (96,512,14,14)); its plain pack needs no
  * conversion, so its alpha load already flew with x; float32 moved -0.2 to +0.6 (H200), -0.2
  * to 0 (H100).
+ *
+ * Then (stop 38, H100, five alternating rounds, bench/results/prelu_ln128_h100.txt): blocks of 64
+ * or 256 threads against 128 (ND_PRELU_BLOCK): (96,512,7,7) float16 / bfloat16 92.8 / 92.7 ->
+ * 92.8 / 92.7 (64) and 92.5 / 92.4 (256), the other shapes within 0.5. Kept 128.
  */
+#ifndef ND_PRELU_BLOCK /* prelu_policy::block_threads */
+#define ND_PRELU_BLOCK 128
+#endif
 struct prelu_policy {
-    static constexpr int block_threads = 128;
+    static constexpr int block_threads = ND_PRELU_BLOCK;
     /* whether each thread loads every pack's alphas before computing any output (16-bit) or
      * each pack's with its output (float32) */
     template <typename T> __host__ __device__ static constexpr bool early_alpha()
