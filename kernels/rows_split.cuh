@@ -61,6 +61,13 @@
  * so that no register holds it across the wait; the 16-bit LayerNorm kernel's 28-byte spill went
  * to 0, and 65536 columns lost 2 points, 1048576 gained 1, the other ops lost 1-4 (H100,
  * bench/results/split_smem_h100.txt).
+ * What LayerNorm's long rows lose to RMSNorm's is mostly its second parameter: with beta's
+ * pointer set to gamma's (a probe; its second loads then hit L1) 128x1048576 went float32 86.1
+ * -> 91.7% of the copy ceiling, 16-bit +2.4 to +2.7 (H100). Tried for that: chunk blocks holding
+ * the same columns of two rows (half the packs of each, 512 threads), so each parameter pack
+ * served both rows; the kernels spilled 8-56 bytes at 64 registers and LayerNorm lost 3-7
+ * points at 262144 and 1048576 columns, 14-17 at 65536 (RMSNorm: within 0.5, +1.5 at 16-bit
+ * 262144). bench/results/ln_split_params_h100.txt.
  */
 #ifndef ND_ROWS_SPLIT_CUH
 #define ND_ROWS_SPLIT_CUH
