@@ -261,9 +261,18 @@ __device__ __forceinline__ void nd_row_emit(const nd_rows_args<T> &a, const type
 
 /* ND_ROWS_PARAM_PIPE: a lane's parameters loaded one pack ahead of their use. start() loads the
  * first pack's (call it with x's loads, before the statistics); emit() writes the lane's packs,
- * loading each next pack's parameters while the current one is computed. Only for a lane whose
- * packs all lie in the row (the context's full()) with its parameters on x's 16-byte grid
- * (usable()); others go through nd_row_emit. */
+ * loading each next pack's parameters while the current one is computed. For a lane whose packs
+ * all lie in the row (the context's full()), or any lane of a row on the 16-byte grid in whole
+ * packs (each of its packs then lies in the row or wholly past its end, and load() and emit()
+ * skip the latter: ND_ROWS_PIPE_PARTIAL), with the parameters on x's grid (usable()); others go
+ * through nd_row_emit. */
+/* 1: the pipe for lanes of rows on the grid that are not full (a row shorter than its group's
+ * packs: 16-bit 192 columns in 16 lanes of 2 packs, 384 in 16 of 4, 576 in 32 of 3); 0: those
+ * lanes load each pack's parameters after the statistics, each pack's a round trip after the
+ * last one's store. */
+#ifndef ND_ROWS_PIPE_PARTIAL
+#define ND_ROWS_PIPE_PARTIAL 1
+#endif
 /* The warp, block and split kernels each write out their few lines of set-up (PIPE, usable,
  * start). Folded into one helper (const bool pipe = PIPE && pp.begin(...)), same logic, the
  * 16-bit block kernel at 32768 columns, which spills at 8 packs a thread, ran at 77-78% of the
@@ -274,22 +283,28 @@ template <class Op, class T, int VEC, int HOLD = 1> struct nd_param_pipe {
     uint4 g[HOLD], b[HOLD];
     static __device__ __forceinline__ bool usable(const nd_rows_args<T> &a, bool full, int h)
     {
-        return full && a.p0 && nd_grid_offset<T, VEC>(a.p0) == h &&
+        return (full || (ND_ROWS_PIPE_PARTIAL && h == 0 && a.cols % VEC == 0)) && a.p0 &&
+               nd_grid_offset<T, VEC>(a.p0) == h &&
                (Op::kParams < 2 || (a.p1 && nd_grid_offset<T, VEC>(a.p1) == h));
     }
+    /* the pack of parameters at column c0 into slot k; nothing for a pack past the row's end
+     * (WHOLE: the caller knows there is none) */
+    template <bool WHOLE = false>
     __device__ __forceinline__ void load(const nd_rows_args<T> &a, int c0, int k)
     {
+        if (!WHOLE && c0 >= a.cols)
+            return;
         g[k] = __ldg(reinterpret_cast<const uint4 *>(a.p0 + c0));
         if (Op::kParams >= 2)
             b[k] = __ldg(reinterpret_cast<const uint4 *>(a.p1 + c0));
     }
     /* the first min(HOLD, PACKS) packs of a lane whose pack i starts at c_first + i * stride */
-    template <int PACKS>
+    template <int PACKS, bool WHOLE = false>
     __device__ __forceinline__ void start(const nd_rows_args<T> &a, int c_first, int stride)
     {
 #pragma unroll
         for (int k = 0; k < HOLD && k < PACKS; k++)
-            load(a, c_first + k * stride, k);
+            load<WHOLE>(a, c_first + k * stride, k);
     }
     /* pack i of this lane starts at column c_first + i * stride; v holds its elements (WHOLE:
      * y's packs are whole and on the grid) */
@@ -301,11 +316,13 @@ template <class Op, class T, int VEC, int HOLD = 1> struct nd_param_pipe {
 #pragma unroll
         for (int i = 0; i < PACKS; i++) {
             const int c0 = c_first + i * stride;
+            if (!WHOLE && c0 >= a.cols) /* this pack and the lane's next ones lie past the row */
+                break;
             nd_regrow<T, VEC> gp, bp;
             memcpy(gp.w, &g[i % HOLD], sizeof(uint4));
             memcpy(bp.w, &b[i % HOLD], sizeof(uint4));
             if (i + HOLD < PACKS)
-                load(a, c0 + HOLD * stride, i % HOLD);
+                load<WHOLE>(a, c0 + HOLD * stride, i % HOLD);
             float o[VEC];
 #pragma unroll
             for (int j = 0; j < VEC; j++)
@@ -649,7 +666,7 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
         if constexpr (PIPE) {
             pipe = row[0] < a.rows && pp.usable(a, ctx.full(0), ctx.h[0]);
             if (pipe)
-                pp.template start<PACKS>(a, gl * VEC - ctx.h[0], W * VEC);
+                pp.template start<PACKS, WH>(a, gl * VEC - ctx.h[0], W * VEC);
         }
         typename Op::State st[R];
         Op::template stats<R, N>(v, st, ctx, prm);
@@ -864,7 +881,7 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
         if constexpr (PIPE) {
             pipe = pp.usable(a, ctx.full(0), ctx.h);
             if (pipe)
-                pp.template start<PACKS>(a, ctx.g * VEC - ctx.h, ctx.G * VEC);
+                pp.template start<PACKS, WH>(a, ctx.g * VEC - ctx.h, ctx.G * VEC);
         }
         typename Op::State st[1];
         Op::template stats<1, N>(v, st, ctx, prm);

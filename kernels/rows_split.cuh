@@ -418,7 +418,7 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
     if constexpr (PIPE) {
         pipe = pp.usable(a, ctx.full(0), ctx.h);
         if (pipe)
-            pp.template start<PACKS>(a, ctx.g * VEC - ctx.h, THREADS * VEC);
+            pp.template start<PACKS, WH>(a, ctx.g * VEC - ctx.h, THREADS * VEC);
     }
     typename Op::State st[1];
     Op::template stats<1, N>(v, st, ctx, prm);
