@@ -49,7 +49,10 @@ static std::vector<shape> make_shapes(bool quick, const std::vector<int64_t> &ex
 {
     std::vector<shape> v;
     const char *row_ops[] = {"layernorm", "rmsnorm", "softmax", "log_softmax"};
-    std::vector<int64_t> cols = {32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 4096, 8192, 16384, 32768};
+    /* powers of two, and widths of models that leave power-of-two groups short of packs (192,
+     * 384, 640, 1600, 5120: hidden sizes of ViT-Ti/S, GPT-2 XL, Llama-13B and others) */
+    std::vector<int64_t> cols = {32,  64,   128,  192,  256,  384,  512,  640,   768,  1024,
+                                 1536, 1600, 2048, 4096, 5120, 8192, 16384, 32768};
     if (quick)
         cols = {32, 256, 1024, 4096, 32768};
     for (int64_t c : extra)

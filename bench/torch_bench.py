@@ -32,7 +32,9 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 def make_shapes(quick, extra=()):
     v = []
-    cols = [32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 4096, 8192, 16384, 32768]
+    # powers of two, and widths of models (as bench_gpu's list)
+    cols = [32, 64, 128, 192, 256, 384, 512, 640, 768, 1024, 1536, 1600, 2048, 4096, 5120, 8192,
+            16384, 32768]
     if quick:
         cols = [32, 256, 1024, 4096, 32768]
     cols += [c for c in extra if 1 <= c <= 32768 and c not in cols]  # as bench_gpu --cols

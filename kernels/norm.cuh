@@ -55,6 +55,8 @@ struct nd_norm_policy {
     static constexpr int tile_tiles(int, int, int, bool, bool) { return 0; }
     /* rows of exactly a kernel's geometry take its exact twin (ND_ROWS_EXACT) */
     static constexpr bool exact(int, int, bool) { return true; }
+    /* every fitted warp geometry (ND_ROWS_WARP_FIT; LayerNorm gained 5-29 points at each) */
+    static constexpr bool warp_fit(int, int, int) { return true; }
     /* rows past kBlockMax x 8 packs take the split kernel, not one block of 1024 threads */
     static constexpr bool big_block(int, int) { return false; }
 };

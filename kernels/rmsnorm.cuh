@@ -58,6 +58,15 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * bench/results/rows_big_block.txt): 95.4 / 96.2 / 96.6 / 97.0 -> 100.2 / 100.0 / 100.1 / 99.9.
      * 16-bit rows of 65536 columns gained 1.2 that way and the other ops' lost 0.7-4.5: not taken. */
     static constexpr bool big_block(int elem_bytes, int) { return elem_bytes == 4; }
+    /* The fitted warp geometries (ND_ROWS_WARP_FIT) of 16-bit rows in lanes of 3 packs (48 and 96
+     * columns: 91 / 82 -> 101 / 94% of the copy ceiling) and 8 lanes of 5 (320: 94.0 -> 95.7);
+     * 4 and 8 lanes of 6-7 packs (192, 384, 448), 16 of 5 (640), one lane of 3 (24) and float32
+     * lanes of 3 and 6 (48, 192) lost 0.8-4.1 (H100, three alternating rounds;
+     * bench/results/model_widths_h100.txt). */
+    static constexpr bool warp_fit(int elem_bytes, int w, int packs)
+    {
+        return elem_bytes == 2 && ((w >= 2 && packs == 3) || (w == 8 && packs == 5));
+    }
 };
 
 struct nd_rmsnorm_op {

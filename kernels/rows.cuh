@@ -1086,6 +1086,41 @@ template <class T> static inline bool nd_rows_on_grid(const nd_rows_args<T> &a)
            (!a.p1 || nd_aligned(a.p1, 16)) && a.cols % (16 / (int64_t)sizeof(T)) == 0;
 }
 
+/* 1: rows on the grid whose packs half the lanes of their power-of-two group hold exactly, in
+ * more packs a lane than the op's policy names for that group, take that geometry's exact twin
+ * where the policy's warp_fit says so (16-bit 192 columns: 8 lanes of 3 packs rather than 16
+ * lanes of 2, four of them with one pack empty; 320 and 384: 8 lanes of 5 and 6 rather than 16
+ * of 4; 640: 16 lanes of 5 rather than 32 of 3). 0: the policy's geometry, with lanes short of
+ * packs. H100, three alternating rounds against the parameter pipe alone (ND_ROWS_PIPE_PARTIAL),
+ * % of the copy ceiling (bench/results/model_widths_h100.txt): LayerNorm 16-bit 48 / 96 / 192 /
+ * 320 / 384 / 640 / 896 columns 72-74 / 68 / 68 / 76 / 85 / 82-83 / 84-85 -> 100.5 / 91 / 95 /
+ * 94 / 96 / 97 / 98, float32 24-96 85-87 -> 97-98; softmax and log_softmax 16-bit 96 71-76 ->
+ * 97-98, 320 84-86 -> 96-97; RMSNorm 16-bit 48 / 96 91 / 82 -> 101 / 94, but 192-640 (4 and 8
+ * lanes of 6-7 packs, 16 of 5) 1.1-2.7 lower, and softmax's 16 lanes of 5-7 packs 0.9 lower. */
+#ifndef ND_ROWS_WARP_FIT
+#define ND_ROWS_WARP_FIT 1
+#endif
+
+/* Blocks of the warp kernel for groups of W lanes, R rows a group (the launch caps them). */
+template <int W, int R> static inline int64_t nd_rows_warp_units(int64_t rows)
+{
+    constexpr int64_t per_block = (ND_ROWS_WARP_BLOCK / W) * R;
+    return (rows + per_block - 1) / per_block;
+}
+
+/* The warp kernel's exact twin for groups of W lanes x PACKS packs, R rows a group: rows of
+ * W * PACKS * VEC columns on the grid (ND_ROWS_EXACT). */
+template <class Op, class T, int VEC, int PACKS, int W, int R>
+static nd_status nd_rows_warp_exact_run(const nd_rows_args<T> &a, const typename Op::Params &prm,
+                                        const nd_cuda_device_info *di, cudaStream_t s,
+                                        const char *name, nd_error *err)
+{
+    constexpr int XC = W * PACKS * VEC;
+    ND_PLAN("warp W=%d packs=%d R=%d exact", W, PACKS, R);
+    return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R, XC>, ND_ROWS_WARP_BLOCK, 1,
+                          0, nd_rows_warp_units<W, R>(a.rows), di, s, err, name, a, prm);
+}
+
 /* The warp kernel for groups of W lanes x PACKS packs, R rows a group; its exact twin where
  * `exact` (the rows are W * PACKS * VEC columns on the grid and the policy takes the twin). */
 template <class Op, class T, int VEC, int PACKS, int W, int R>
@@ -1093,18 +1128,13 @@ static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::P
                                   bool exact, const nd_cuda_device_info *di, cudaStream_t s,
                                   const char *name, nd_error *err)
 {
-    constexpr int XC = W * PACKS * VEC;
-    const int64_t units = (a.rows + (ND_ROWS_WARP_BLOCK / W) * R - 1) / ((ND_ROWS_WARP_BLOCK / W) * R);
     if constexpr (ND_ROWS_EXACT) {
-        if (exact) {
-            ND_PLAN("warp W=%d packs=%d R=%d exact", W, PACKS, R);
-            return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R, XC>,
-                                  ND_ROWS_WARP_BLOCK, 1, 0, units, di, s, err, name, a, prm);
-        }
+        if (exact)
+            return nd_rows_warp_exact_run<Op, T, VEC, PACKS, W, R>(a, prm, di, s, name, err);
     }
     ND_PLAN("warp W=%d packs=%d R=%d", W, PACKS, R);
     return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R>, ND_ROWS_WARP_BLOCK, 1, 0,
-                          units, di, s, err, name, a, prm);
+                          nd_rows_warp_units<W, R>(a.rows), di, s, err, name, a, prm);
 }
 
 #include "rows_split.cuh"
@@ -1155,6 +1185,9 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *   exact(element bytes, cols, fast)  whether rows of exactly a warp or block kernel's cols
  *                  columns, on the 16-byte grid, take that kernel's exact twin (ND_ROWS_EXACT)
  *                  on a device of the fast class or not
+ *   warp_fit(element bytes, w, packs)  whether rows on the grid of exactly w lanes x packs
+ *                  packs, where the branches below would take 2w lanes with some short of
+ *                  packs, take that fitted geometry's exact twin (ND_ROWS_WARP_FIT)
  * Choice by P, the most 16-byte packs any row spans:
  *   P <= 16 * kSubPacks          warp kernel, W = P / SP rounded up to a power of two lanes per
  *                                row, SP = kSubPacks packs per lane (kSubPacks / 2 below
@@ -1216,6 +1249,19 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         constexpr int LW = SP == Pol::kSubPacks ? nd_log2_ceil(Pol::sub_full(sizeof(T)) / SP) : 0;
         return nd_rows_pick<LW, 4>(log2w, [&](auto lw) {
             constexpr int W = 1 << decltype(lw)::value;
+            /* ND_ROWS_WARP_FIT: W / 2 lanes of more than SP packs each, holding the row exactly */
+            if constexpr (ND_ROWS_WARP_FIT && ND_ROWS_EXACT && W >= 2 && SP >= 2) {
+                constexpr int WF = W / 2;
+                if (P % WF == 0 && P / WF > SP && P / WF < 2 * SP && exact((int)P * VEC) &&
+                    Pol::warp_fit((int)sizeof(T), WF, (int)(P / WF)))
+                    return nd_rows_pick<SP + 1, 2 * SP - 1>((int)(P / WF), [&](auto pk) {
+                        constexpr int PACKS = decltype(pk)::value;
+                        constexpr int RW = Pol::rows_in_flight(WF, PACKS);
+                        constexpr int R = PACKS >= RW ? 1 : RW / PACKS;
+                        return nd_rows_warp_exact_run<Op, T, VEC, PACKS, WF, R>(a, prm, di, s,
+                                                                               name, err);
+                    });
+            }
             return nd_rows_pick<(W == 1 ? 1 : SP), SP>((int)P, [&](auto pk) {
                 constexpr int PACKS = decltype(pk)::value;
                 constexpr int RW = Pol::rows_in_flight(W, PACKS);
@@ -1233,6 +1279,20 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
     if (P <= 16 * Pol::kSubPacks)
         return sub_warp(std::integral_constant<int, Pol::kSubPacks>());
     if (P <= 32 * PM) { /* P > 16 * kSubPacks: more than kSubPacks / 2 packs per lane */
+        /* ND_ROWS_WARP_FIT: 16 lanes of 5 or 7 packs (P = 80, 112), holding the row exactly,
+         * where 32 lanes of 3 or 4 would leave some a pack short */
+        if constexpr (ND_ROWS_WARP_FIT && ND_ROWS_EXACT && PM >= 7) {
+            auto fit16 = [&](auto pk) {
+                constexpr int PACKS = decltype(pk)::value;
+                constexpr int RW = Pol::rows_in_flight(16, PACKS);
+                constexpr int R = PACKS >= RW ? 1 : RW / PACKS;
+                return nd_rows_warp_exact_run<Op, T, VEC, PACKS, 16, R>(a, prm, di, s, name, err);
+            };
+            if ((P == 80 || P == 112) && exact((int)P * VEC) &&
+                Pol::warp_fit((int)sizeof(T), 16, (int)(P / 16)))
+                return P == 80 ? fit16(std::integral_constant<int, 5>())
+                               : fit16(std::integral_constant<int, 7>());
+        }
         return nd_rows_pick<Pol::kSubPacks / 2 + 1, PM>((int)((P + 31) / 32), [&](auto pk) {
             constexpr int PACKS = decltype(pk)::value;
             constexpr int RW = Pol::rows_in_flight(32, PACKS);

@@ -228,10 +228,12 @@ static void run_op_dtype(nd_op op, nd_dtype dt, uint64_t seed)
         rcase c = {op, dt, fixed_shapes[i][0], fixed_shapes[i][1], i % 4 == 0, i % 4 == 0, 1, 1,
                    1e4, 1.0};
         run_case(&c, &rng);
-    }    /* rows on the 16-byte grid that leave some lanes or threads short of their packs (widths of
-     * models: 16-bit 192 columns in 16 lanes of 2 packs, 384 in 16 of 4, 576 in 32 of 3, 3200 in
-     * 128 threads of 4): the parameter pipe of ND_ROWS_PIPE_PARTIAL, mean 0 and 1e4 */
-    static const int64_t partial_widths[] = {192, 320, 384, 576, 1600, 3200};
+    }    /* rows on the 16-byte grid that the power-of-two groups leave some lanes or threads short of
+     * packs for (widths of models): the fitted geometries of ND_ROWS_WARP_FIT (16-bit 24-192
+     * columns in 1-8 lanes of 3 packs, 320 / 384 in 8 lanes of 5 / 6, 640 / 896 in 16 of 5 / 7)
+     * and the parameter pipe of ND_ROWS_PIPE_PARTIAL (576 in 32 lanes of 3, 1600 of 7, 3200 in
+     * 128 threads of 4), mean 0 and 1e4 */
+    static const int64_t partial_widths[] = {24, 48, 96, 192, 320, 384, 576, 640, 896, 1600, 3200};
     for (size_t i = 0; i < sizeof partial_widths / sizeof partial_widths[0]; i++)
         for (int m = 0; m < 2; m++) {
             rcase c = {op, dt, 37, partial_widths[i], 0, 0, 1, 1, m ? 1e4 : 0.0, 1.0};
