@@ -281,34 +281,37 @@ template <class Op, class T, int VEC, int HOLD = 1> struct nd_param_pipe {
     /* HOLD packs of parameters in flight: the pack in use and the next HOLD - 1 (1: one ahead;
      * a lane's PACKS: all of them loaded with x, nd_param_hold) */
     uint4 g[HOLD], b[HOLD];
-    static __device__ __forceinline__ bool usable(const nd_rows_args<T> &a, bool full, int h)
+    /* partial: the caller checks each pack (CHECK below) and takes lanes that are not full */
+    static __device__ __forceinline__ bool usable(const nd_rows_args<T> &a, bool full, int h,
+                                                  bool partial = ND_ROWS_PIPE_PARTIAL)
     {
-        return (full || (ND_ROWS_PIPE_PARTIAL && h == 0 && a.cols % VEC == 0)) && a.p0 &&
+        return (full || (partial && h == 0 && a.cols % VEC == 0)) && a.p0 &&
                nd_grid_offset<T, VEC>(a.p0) == h &&
                (Op::kParams < 2 || (a.p1 && nd_grid_offset<T, VEC>(a.p1) == h));
     }
-    /* the pack of parameters at column c0 into slot k; nothing for a pack past the row's end
-     * (WHOLE: the caller knows there is none) */
-    template <bool WHOLE = false>
+    /* the pack of parameters at column c0 into slot k; CHECK: nothing for a pack past the row's
+     * end (a lane usable() took as partial) */
+    template <bool CHECK = false>
     __device__ __forceinline__ void load(const nd_rows_args<T> &a, int c0, int k)
     {
-        if (!WHOLE && c0 >= a.cols)
+        if (CHECK && c0 >= a.cols)
             return;
         g[k] = __ldg(reinterpret_cast<const uint4 *>(a.p0 + c0));
         if (Op::kParams >= 2)
             b[k] = __ldg(reinterpret_cast<const uint4 *>(a.p1 + c0));
     }
     /* the first min(HOLD, PACKS) packs of a lane whose pack i starts at c_first + i * stride */
-    template <int PACKS, bool WHOLE = false>
+    template <int PACKS, bool CHECK = false>
     __device__ __forceinline__ void start(const nd_rows_args<T> &a, int c_first, int stride)
     {
 #pragma unroll
         for (int k = 0; k < HOLD && k < PACKS; k++)
-            load<WHOLE>(a, c_first + k * stride, k);
+            load<CHECK>(a, c_first + k * stride, k);
     }
     /* pack i of this lane starts at column c_first + i * stride; v holds its elements (WHOLE:
-     * y's packs are whole and on the grid) */
-    template <int PACKS, bool WHOLE = false, class V>
+     * y's packs are whole and on the grid; CHECK: as load()'s, packs past the row's end are
+     * skipped) */
+    template <int PACKS, bool WHOLE = false, bool CHECK = false, class V>
     __device__ __forceinline__ void emit(const nd_rows_args<T> &a, const typename Op::Params &prm,
                                          const typename Op::State &st, T *yrow, int c_first,
                                          int stride, bool y_vec, const V &v)
@@ -316,13 +319,13 @@ template <class Op, class T, int VEC, int HOLD = 1> struct nd_param_pipe {
 #pragma unroll
         for (int i = 0; i < PACKS; i++) {
             const int c0 = c_first + i * stride;
-            if (!WHOLE && c0 >= a.cols) /* this pack and the lane's next ones lie past the row */
+            if (CHECK && c0 >= a.cols) /* this pack and the lane's next ones lie past the row */
                 break;
             nd_regrow<T, VEC> gp, bp;
             memcpy(gp.w, &g[i % HOLD], sizeof(uint4));
             memcpy(bp.w, &b[i % HOLD], sizeof(uint4));
             if (i + HOLD < PACKS)
-                load<WHOLE>(a, c0 + HOLD * stride, i % HOLD);
+                load<CHECK>(a, c0 + HOLD * stride, i % HOLD);
             float o[VEC];
 #pragma unroll
             for (int j = 0; j < VEC; j++)
@@ -666,7 +669,7 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
         if constexpr (PIPE) {
             pipe = row[0] < a.rows && pp.usable(a, ctx.full(0), ctx.h[0]);
             if (pipe)
-                pp.template start<PACKS, WH>(a, gl * VEC - ctx.h[0], W * VEC);
+                pp.template start<PACKS, !WH>(a, gl * VEC - ctx.h[0], W * VEC);
         }
         typename Op::State st[R];
         Op::template stats<R, N>(v, st, ctx, prm);
@@ -680,8 +683,9 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
         if constexpr (PIPE) {
             if (pipe) {
                 T *yrow = a.y + row[0] * acols;
-                pp.template emit<PACKS>(a, prm, st[0], yrow, gl * VEC - ctx.h[0], W * VEC,
-                                        nd_grid_offset<T, VEC>(yrow) == ctx.h[0], v[0]);
+                pp.template emit<PACKS, false, !WH>(a, prm, st[0], yrow, gl * VEC - ctx.h[0],
+                                                    W * VEC,
+                                                    nd_grid_offset<T, VEC>(yrow) == ctx.h[0], v[0]);
                 continue;
             }
         }
@@ -881,7 +885,7 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
         if constexpr (PIPE) {
             pipe = pp.usable(a, ctx.full(0), ctx.h);
             if (pipe)
-                pp.template start<PACKS, WH>(a, ctx.g * VEC - ctx.h, ctx.G * VEC);
+                pp.template start<PACKS, !WH>(a, ctx.g * VEC - ctx.h, ctx.G * VEC);
         }
         typename Op::State st[1];
         Op::template stats<1, N>(v, st, ctx, prm);
@@ -890,8 +894,9 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
         T *yrow = a.y + row * acols;
         if constexpr (PIPE) {
             if (pipe) {
-                pp.template emit<PACKS, WO>(a, prm, st[0], yrow, ctx.g * VEC - ctx.h, ctx.G * VEC,
-                                            nd_grid_offset<T, VEC>(yrow) == ctx.h, v[0]);
+                pp.template emit<PACKS, WO, !WH>(a, prm, st[0], yrow, ctx.g * VEC - ctx.h,
+                                                 ctx.G * VEC, nd_grid_offset<T, VEC>(yrow) == ctx.h,
+                                                 v[0]);
                 continue;
             }
         }

@@ -418,7 +418,7 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
     if constexpr (PIPE) {
         pipe = pp.usable(a, ctx.full(0), ctx.h);
         if (pipe)
-            pp.template start<PACKS, WH>(a, ctx.g * VEC - ctx.h, THREADS * VEC);
+            pp.template start<PACKS, !WH>(a, ctx.g * VEC - ctx.h, THREADS * VEC);
     }
     typename Op::State st[1];
     Op::template stats<1, N>(v, st, ctx, prm);
@@ -427,8 +427,9 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
     T *yrow = a.y + (int64_t)ctx.row * a.cols;
     if constexpr (PIPE) {
         if (pipe) {
-            pp.template emit<PACKS, WO>(a, prm, st[0], yrow, ctx.g * VEC - ctx.h, THREADS * VEC,
-                                    nd_grid_offset<T, VEC>(yrow) == ctx.h, v[0]);
+            pp.template emit<PACKS, WO, !WH>(a, prm, st[0], yrow, ctx.g * VEC - ctx.h,
+                                             THREADS * VEC, nd_grid_offset<T, VEC>(yrow) == ctx.h,
+                                             v[0]);
             return;
         }
     }
