@@ -267,9 +267,12 @@ __device__ __forceinline__ void nd_row_emit(const nd_rows_args<T> &a, const type
  * skip the latter: ND_ROWS_PIPE_PARTIAL), with the parameters on x's grid (usable()); others go
  * through nd_row_emit. */
 /* 1: the pipe for lanes of rows on the grid that are not full (a row shorter than its group's
- * packs: 16-bit 192 columns in 16 lanes of 2 packs, 384 in 16 of 4, 576 in 32 of 3); 0: those
- * lanes load each pack's parameters after the statistics, each pack's a round trip after the
- * last one's store. */
+ * packs: 16-bit 576 columns in 32 lanes of 3 packs, 1600 in 32 of 7, 3200 in 128 threads of 4);
+ * 0: those lanes load each pack's parameters after the statistics, each pack's a round trip
+ * after the last one's store. H100, two alternating rounds, % of the copy ceiling
+ * (bench/results/model_widths_h100.txt): LayerNorm 16-bit 1600 / 3200 columns 62-64 / 69 ->
+ * 92 / 93, 192-960 48-66 -> 67-86 (most of those then took ND_ROWS_WARP_FIT), float32 320 89
+ * -> 98.5; RMSNorm 16-bit 192-960 79-92 -> 94-99. */
 #ifndef ND_ROWS_PIPE_PARTIAL
 #define ND_ROWS_PIPE_PARTIAL 1
 #endif

@@ -106,8 +106,9 @@ template <bool LOG> struct nd_softmax_policy {
     }
     /* The fitted warp geometries (ND_ROWS_WARP_FIT) of 2-8 lanes of at most 6 packs: 16-bit 96
      * and 320 columns 71-76 / 84-86 -> 97-98 / 96-97% of the copy ceiling, 48 and 192 +1 to +6,
-     * float32 48 / 96 +6 / +12; one lane of 3 packs (16-bit 24: log_softmax 89 -> 85), 8 of 7
-     * (448) and 16 of 5-7 (640, 896) within -1.1 to +1.7 or lower (H100, three alternating
+     * float32 48 / 96 +6 / +12. One lane of 3 packs (16-bit 24 columns: log_softmax 89 -> 85,
+     * softmax +0.5 to +1.7), 8 lanes of 7 (448: softmax -0.9 to -1.1, log_softmax +0.3 to
+     * +0.5) and 16 of 5-7 (640, 896: -0.3 to -0.9) were not taken (H100, three alternating
      * rounds; bench/results/model_widths_h100.txt). */
     static constexpr bool warp_fit(int, int w, int packs) { return w >= 2 && w <= 8 && packs <= 6; }
     /* float32 rows of 6145-8192 packs take one block of 1024 threads a row, not the split kernel's

@@ -228,7 +228,8 @@ static void run_op_dtype(nd_op op, nd_dtype dt, uint64_t seed)
         rcase c = {op, dt, fixed_shapes[i][0], fixed_shapes[i][1], i % 4 == 0, i % 4 == 0, 1, 1,
                    1e4, 1.0};
         run_case(&c, &rng);
-    }    /* rows on the 16-byte grid that the power-of-two groups leave some lanes or threads short of
+    }
+    /* rows on the 16-byte grid that the power-of-two groups leave some lanes or threads short of
      * packs for (widths of models): the fitted geometries of ND_ROWS_WARP_FIT (16-bit 24-192
      * columns in 1-8 lanes of 3 packs, 320 / 384 in 8 lanes of 5 / 6, 640 / 896 in 16 of 5 / 7)
      * and the parameter pipe of ND_ROWS_PIPE_PARTIAL (576 in 32 lanes of 3, 1600 of 7, 3200 in
