@@ -56,6 +56,19 @@
 #define ND_LN_HOLD4 1
 #endif
 
+/* 1: nd_layernorm_op::row_sums tests each pack, not each element, of rows on the 16-byte grid in
+ * whole packs, in one loop for every thread (threads that hold fewer packs than their group's
+ * others no longer take a loop of their own, so a warp runs one loop, not both); 0: full threads
+ * and the others in two loops. H100, three alternating rounds, float16 / bfloat16 % of the copy
+ * ceiling (bench/results/model_widths_h100.txt): 576 columns (32 lanes of 3 packs, 24 of them
+ * short one) 75.2 / 73.9 -> 85.2 / 84.4, 960 86 -> 91-92, 1600 91.6 / 91.7 -> 97.5 / 97.4, 2304
+ * 91 -> 93, 3200 93 -> 98; 64 columns (the tile kernel, every lane full) 96.7 / 95.2 -> 95.7 /
+ * 94.5, the other widths within 0.4, float32 within 0.4. Not tried: a warp vote taking the full
+ * loop where every lane of the warp is full. */
+#ifndef ND_LN_SUMS_PACKWISE
+#define ND_LN_SUMS_PACKWISE 1
+#endif
+
 /* 1: LayerNorm in the register kernels makes one all-reduce of (sum d, sum d^2) with
  * d = x - x[0], x[0] the row's first element (ctx.first); 0: the two rounds below (mean, then
  * the shifted sums) on every path. */
@@ -291,11 +304,26 @@ struct nd_layernorm_op {
                                                     const Params &p, const float (&shift)[R])
     {
         constexpr bool RAW = nd_norm_raw<V::kElemBytes>::value;
+        constexpr int VEC = 16 / V::kElemBytes; /* elements of a pack */
         float q[3 * R];
 #pragma unroll
         for (int r = 0; r < R; r++) {
             float s = 0.0f, sdd = 0.0f;
-            if (ctx.full(r)) { /* the usual case: no pads among this thread's elements */
+            if (ND_LN_SUMS_PACKWISE && ctx.whole_packs(r)) {
+                /* each of this thread's packs in the row or wholly past its end (pads): one
+                 * test a pack, and the same loop for every thread of the row (threads short of
+                 * packs and full ones do not diverge) */
+#pragma unroll
+                for (int i = 0; i < N / VEC; i++) {
+                    const bool in = ctx.valid(r, i * VEC);
+#pragma unroll
+                    for (int j = 0; j < VEC; j++) {
+                        const float x = v[r].get(i * VEC + j), d = in ? x - shift[r] : 0.0f;
+                        s += RAW ? x : d;
+                        sdd = fmaf(d, d, sdd);
+                    }
+                }
+            } else if (ctx.full(r)) { /* no pads among this thread's elements */
 #pragma unroll
                 for (int e = 0; e < N; e++) {
                     const float x = v[r].get(e), d = x - shift[r];

@@ -579,6 +579,11 @@ template <int W, int R, int PACKS, int VEC, int XC = 0> struct nd_warp_ctx {
         return XC > 0 ||
                ((gl > 0 || h[r] == 0) && ((PACKS - 1) * W + gl + 1) * VEC - h[r] <= cols);
     }
+    /* true when row r is whole packs on the 16-byte grid: each pack in it or wholly past it */
+    __device__ __forceinline__ bool whole_packs(int r) const
+    {
+        return XC > 0 || (h[r] == 0 && cols % VEC == 0);
+    }
     template <int K, class O> __device__ __forceinline__ void allreduce(float (&v)[K], O op) const
     {
         nd_warp_allreduce<W, K>(v, op);
@@ -787,6 +792,11 @@ template <int VEC, int PACKS, bool WHOLE = false> struct nd_group_row {
     __device__ __forceinline__ bool full(int) const
     {
         return WHOLE || ((g > 0 || h == 0) && ((PACKS - 1) * G + g + 1) * VEC - h <= cols);
+    }
+    /* true when the row is whole packs on the 16-byte grid: each pack in it or wholly past it */
+    __device__ __forceinline__ bool whole_packs(int) const
+    {
+        return WHOLE || (h == 0 && cols % VEC == 0);
     }
     __device__ __forceinline__ float first(int, float) const { return x0; }
 };
