@@ -280,41 +280,40 @@ __device__ __forceinline__ void nd_row_emit(const nd_rows_args<T> &a, const type
  * start). Folded into one helper (const bool pipe = PIPE && pp.begin(...)), same logic, the
  * 16-bit block kernel at 32768 columns, which spills at 8 packs a thread, ran at 77-78% of the
  * copy ceiling instead of 87.4 (H200, one run): measure that shape before refactoring here. */
-template <class Op, class T, int VEC, int HOLD = 1> struct nd_param_pipe {
+/* PARTIAL: the kernel may hold lanes that are not full; usable() then takes those of rows on the
+ * grid (ND_ROWS_PIPE_PARTIAL), and load() and emit() test each pack against the row's end. The
+ * exact twins (every lane full) and the tile kernel (full lanes only) pass false. */
+template <class Op, class T, int VEC, int HOLD = 1, bool PARTIAL = false> struct nd_param_pipe {
     /* HOLD packs of parameters in flight: the pack in use and the next HOLD - 1 (1: one ahead;
      * a lane's PACKS: all of them loaded with x, nd_param_hold) */
     uint4 g[HOLD], b[HOLD];
-    /* partial: the caller checks each pack (CHECK below) and takes lanes that are not full */
-    static __device__ __forceinline__ bool usable(const nd_rows_args<T> &a, bool full, int h,
-                                                  bool partial = ND_ROWS_PIPE_PARTIAL)
+    static __device__ __forceinline__ bool usable(const nd_rows_args<T> &a, bool full, int h)
     {
-        return (full || (partial && h == 0 && a.cols % VEC == 0)) && a.p0 &&
-               nd_grid_offset<T, VEC>(a.p0) == h &&
+        return (full || (PARTIAL && ND_ROWS_PIPE_PARTIAL && h == 0 && a.cols % VEC == 0)) &&
+               a.p0 && nd_grid_offset<T, VEC>(a.p0) == h &&
                (Op::kParams < 2 || (a.p1 && nd_grid_offset<T, VEC>(a.p1) == h));
     }
-    /* the pack of parameters at column c0 into slot k; CHECK: nothing for a pack past the row's
-     * end (a lane usable() took as partial) */
-    template <bool CHECK = false>
+    /* the pack of parameters at column c0 into slot k (PARTIAL: nothing for a pack past the
+     * row's end) */
     __device__ __forceinline__ void load(const nd_rows_args<T> &a, int c0, int k)
     {
-        if (CHECK && c0 >= a.cols)
+        if (PARTIAL && c0 >= a.cols)
             return;
         g[k] = __ldg(reinterpret_cast<const uint4 *>(a.p0 + c0));
         if (Op::kParams >= 2)
             b[k] = __ldg(reinterpret_cast<const uint4 *>(a.p1 + c0));
     }
     /* the first min(HOLD, PACKS) packs of a lane whose pack i starts at c_first + i * stride */
-    template <int PACKS, bool CHECK = false>
+    template <int PACKS>
     __device__ __forceinline__ void start(const nd_rows_args<T> &a, int c_first, int stride)
     {
 #pragma unroll
         for (int k = 0; k < HOLD && k < PACKS; k++)
-            load<CHECK>(a, c_first + k * stride, k);
+            load(a, c_first + k * stride, k);
     }
     /* pack i of this lane starts at column c_first + i * stride; v holds its elements (WHOLE:
-     * y's packs are whole and on the grid; CHECK: as load()'s, packs past the row's end are
-     * skipped) */
-    template <int PACKS, bool WHOLE = false, bool CHECK = false, class V>
+     * y's packs are whole and on the grid; PARTIAL: packs past the row's end are skipped) */
+    template <int PACKS, bool WHOLE = false, class V>
     __device__ __forceinline__ void emit(const nd_rows_args<T> &a, const typename Op::Params &prm,
                                          const typename Op::State &st, T *yrow, int c_first,
                                          int stride, bool y_vec, const V &v)
@@ -322,13 +321,13 @@ template <class Op, class T, int VEC, int HOLD = 1> struct nd_param_pipe {
 #pragma unroll
         for (int i = 0; i < PACKS; i++) {
             const int c0 = c_first + i * stride;
-            if (CHECK && c0 >= a.cols) /* this pack and the lane's next ones lie past the row */
+            if (PARTIAL && c0 >= a.cols) /* this pack and the lane's next ones lie past the row */
                 break;
             nd_regrow<T, VEC> gp, bp;
             memcpy(gp.w, &g[i % HOLD], sizeof(uint4));
             memcpy(bp.w, &b[i % HOLD], sizeof(uint4));
             if (i + HOLD < PACKS)
-                load<CHECK>(a, c0 + HOLD * stride, i % HOLD);
+                load(a, c0 + HOLD * stride, i % HOLD);
             float o[VEC];
 #pragma unroll
             for (int j = 0; j < VEC; j++)
@@ -672,12 +671,12 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
         /* ND_ROWS_PARAM_PIPE: the first pack's parameters, loaded with x */
         constexpr bool PIPE = ND_ROWS_PARAM_PIPE && Op::kParams > 0 && R == 1 &&
                               !(sizeof(T) == 4 && PACKS >= 7);
-        nd_param_pipe<Op, T, VEC, nd_param_hold<Op>((int)sizeof(T), PACKS)> pp;
+        nd_param_pipe<Op, T, VEC, nd_param_hold<Op>((int)sizeof(T), PACKS), !WH> pp;
         bool pipe = false;
         if constexpr (PIPE) {
             pipe = row[0] < a.rows && pp.usable(a, ctx.full(0), ctx.h[0]);
             if (pipe)
-                pp.template start<PACKS, !WH>(a, gl * VEC - ctx.h[0], W * VEC);
+                pp.template start<PACKS>(a, gl * VEC - ctx.h[0], W * VEC);
         }
         typename Op::State st[R];
         Op::template stats<R, N>(v, st, ctx, prm);
@@ -691,9 +690,8 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
         if constexpr (PIPE) {
             if (pipe) {
                 T *yrow = a.y + row[0] * acols;
-                pp.template emit<PACKS, false, !WH>(a, prm, st[0], yrow, gl * VEC - ctx.h[0],
-                                                    W * VEC,
-                                                    nd_grid_offset<T, VEC>(yrow) == ctx.h[0], v[0]);
+                pp.template emit<PACKS>(a, prm, st[0], yrow, gl * VEC - ctx.h[0], W * VEC,
+                                        nd_grid_offset<T, VEC>(yrow) == ctx.h[0], v[0]);
                 continue;
             }
         }
@@ -893,12 +891,12 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
         /* ND_ROWS_PARAM_PIPE_BLOCK: the first pack's parameters, loaded with x */
         constexpr bool PIPE = ND_ROWS_PARAM_PIPE_BLOCK && Op::kParams >= 2 &&
                               nd_block_pipe_ok<T>(PACKS);
-        nd_param_pipe<Op, T, VEC> pp;
+        nd_param_pipe<Op, T, VEC, 1, !WH> pp;
         bool pipe = false;
         if constexpr (PIPE) {
             pipe = pp.usable(a, ctx.full(0), ctx.h);
             if (pipe)
-                pp.template start<PACKS, !WH>(a, ctx.g * VEC - ctx.h, ctx.G * VEC);
+                pp.template start<PACKS>(a, ctx.g * VEC - ctx.h, ctx.G * VEC);
         }
         typename Op::State st[1];
         Op::template stats<1, N>(v, st, ctx, prm);
@@ -907,9 +905,8 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
         T *yrow = a.y + row * acols;
         if constexpr (PIPE) {
             if (pipe) {
-                pp.template emit<PACKS, WO, !WH>(a, prm, st[0], yrow, ctx.g * VEC - ctx.h,
-                                                 ctx.G * VEC, nd_grid_offset<T, VEC>(yrow) == ctx.h,
-                                                 v[0]);
+                pp.template emit<PACKS, WO>(a, prm, st[0], yrow, ctx.g * VEC - ctx.h, ctx.G * VEC,
+                                            nd_grid_offset<T, VEC>(yrow) == ctx.h, v[0]);
                 continue;
             }
         }
@@ -1119,6 +1116,13 @@ template <class T> static inline bool nd_rows_on_grid(const nd_rows_args<T> &a)
 #define ND_ROWS_WARP_FIT 1
 #endif
 
+/* Rows a group of the warp kernel takes at once, for groups of w lanes x packs packs: the
+ * policy's rows_in_flight(w, packs) packs a lane in flight, at least one row. */
+template <class Pol> constexpr int nd_rows_warp_r(int w, int packs)
+{
+    return packs >= Pol::rows_in_flight(w, packs) ? 1 : Pol::rows_in_flight(w, packs) / packs;
+}
+
 /* Blocks of the warp kernel for groups of W lanes, R rows a group (the launch caps them). */
 template <int W, int R> static inline int64_t nd_rows_warp_units(int64_t rows)
 {
@@ -1274,16 +1278,14 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                     Pol::warp_fit((int)sizeof(T), WF, (int)(P / WF)))
                     return nd_rows_pick<SP + 1, 2 * SP - 1>((int)(P / WF), [&](auto pk) {
                         constexpr int PACKS = decltype(pk)::value;
-                        constexpr int RW = Pol::rows_in_flight(WF, PACKS);
-                        constexpr int R = PACKS >= RW ? 1 : RW / PACKS;
+                        constexpr int R = nd_rows_warp_r<Pol>(WF, PACKS);
                         return nd_rows_warp_exact_run<Op, T, VEC, PACKS, WF, R>(a, prm, di, s,
                                                                                name, err);
                     });
             }
             return nd_rows_pick<(W == 1 ? 1 : SP), SP>((int)P, [&](auto pk) {
                 constexpr int PACKS = decltype(pk)::value;
-                constexpr int RW = Pol::rows_in_flight(W, PACKS);
-                constexpr int R = PACKS >= RW ? 1 : RW / PACKS;
+                constexpr int R = nd_rows_warp_r<Pol>(W, PACKS);
                 const bool ex = exact(W * PACKS * VEC);
                 if constexpr (nd_rows_tiles_any<Pol>((int)sizeof(T), W, PACKS) > 0)
                     if (const int tiles = tile ? nd_rows_tiles<Pol>((int)sizeof(T), W, PACKS, fast, ex) : 0)
@@ -1302,8 +1304,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         if constexpr (ND_ROWS_WARP_FIT && ND_ROWS_EXACT && PM >= 7) {
             auto fit16 = [&](auto pk) {
                 constexpr int PACKS = decltype(pk)::value;
-                constexpr int RW = Pol::rows_in_flight(16, PACKS);
-                constexpr int R = PACKS >= RW ? 1 : RW / PACKS;
+                constexpr int R = nd_rows_warp_r<Pol>(16, PACKS);
                 return nd_rows_warp_exact_run<Op, T, VEC, PACKS, 16, R>(a, prm, di, s, name, err);
             };
             if ((P == 80 || P == 112) && exact((int)P * VEC) &&
@@ -1313,8 +1314,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         }
         return nd_rows_pick<Pol::kSubPacks / 2 + 1, PM>((int)((P + 31) / 32), [&](auto pk) {
             constexpr int PACKS = decltype(pk)::value;
-            constexpr int RW = Pol::rows_in_flight(32, PACKS);
-            constexpr int R = PACKS >= RW ? 1 : RW / PACKS;
+            constexpr int R = nd_rows_warp_r<Pol>(32, PACKS);
             const bool ex = exact(32 * PACKS * VEC);
             if constexpr (nd_rows_tiles_any<Pol>((int)sizeof(T), 32, PACKS) > 0)
                 if (const int tiles = tile ? nd_rows_tiles<Pol>((int)sizeof(T), 32, PACKS, fast, ex) : 0)

@@ -413,12 +413,12 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
     /* ND_ROWS_PARAM_PIPE_SPLIT, as in the block kernel: the first pack's parameters with x */
     constexpr bool PIPE = ND_ROWS_PARAM_PIPE_SPLIT && Op::kParams >= 2 &&
                           nd_split_bounds<Op, T, PACKS, THREADS, WH>::pipe;
-    nd_param_pipe<Op, T, VEC> pp;
+    nd_param_pipe<Op, T, VEC, 1, !WH> pp;
     bool pipe = false;
     if constexpr (PIPE) {
         pipe = pp.usable(a, ctx.full(0), ctx.h);
         if (pipe)
-            pp.template start<PACKS, !WH>(a, ctx.g * VEC - ctx.h, THREADS * VEC);
+            pp.template start<PACKS>(a, ctx.g * VEC - ctx.h, THREADS * VEC);
     }
     typename Op::State st[1];
     Op::template stats<1, N>(v, st, ctx, prm);
@@ -427,9 +427,8 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
     T *yrow = a.y + (int64_t)ctx.row * a.cols;
     if constexpr (PIPE) {
         if (pipe) {
-            pp.template emit<PACKS, WO, !WH>(a, prm, st[0], yrow, ctx.g * VEC - ctx.h,
-                                             THREADS * VEC, nd_grid_offset<T, VEC>(yrow) == ctx.h,
-                                             v[0]);
+            pp.template emit<PACKS, WO>(a, prm, st[0], yrow, ctx.g * VEC - ctx.h, THREADS * VEC,
+                                        nd_grid_offset<T, VEC>(yrow) == ctx.h, v[0]);
             return;
         }
     }

@@ -135,7 +135,7 @@ nd_rows_tile_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_tile_geom tg)
     constexpr int HOLD = nd_param_hold<Op>((int)sizeof(T), PACKS);
     constexpr bool ONCE = HOLD == PACKS && PACKS <= 2;
     nd_param_pipe<Op, T, VEC, HOLD> pp;
-    const bool pipe = PIPE && pp.usable(a, ctx.full(0), 0, false); /* full lanes only */
+    const bool pipe = PIPE && pp.usable(a, ctx.full(0), 0); /* full lanes only (no PARTIAL) */
     if (ONCE && pipe)
         pp.template start<PACKS>(a, gl * VEC, W * VEC);
     constexpr bool WIDE = nd_wide_regs<Op>((int)sizeof(T), N) ||

@@ -5,8 +5,9 @@
  * tests/util; every class of bad input gets its 4xx and a message naming the problem, and the
  * daemon answers a valid request right after; concurrent requests are served in fewer batches than
  * requests, each with its own answer, and softmax over long middle-axis slabs of several shapes
- * at once (separate batches, several streams) answers each right; overload answers 503 with Retry-After; SIGTERM answers what
- * was accepted and exits 0. The backend comes from $NORMD_BACKEND (default cpu).
+ * at once (separate batches, several streams) answers each right; overload answers 503 with
+ * Retry-After; SIGTERM answers what was accepted and exits 0. The backend comes from
+ * $NORMD_BACKEND (default cpu).
  */
 #include <criterion/criterion.h>
 #include <curl/curl.h>
