@@ -3,6 +3,8 @@
 
     plot.py --table NORMD_CSV [TORCH_CSV]      print op, dtype, shape, normd GB/s, % of ceiling,
                                                speed-up over PyTorch eager and torch.compile
+    plot.py --goals NORMD_CSV [TORCH_CSV]      the shapes short of the speed goals (% of the copy
+                                               ceiling by class; x torch.compile >= 1.00)
     plot.py NORMD_CSV [TORCH_CSV] [-o DIR]      draw GB/s against cols per op and dtype (rows
                                                suite): normd, both PyTorch variants, the ceiling;
                                                one PNG per op in DIR (default bench/results)
@@ -31,8 +33,11 @@ def torch_index(rows):
 
 def table(normd, torch_rows):
     ti = torch_index(torch_rows)
+    # torch_bench --impl copy: PyTorch's harness timing x.clone() of the shape, as % of
+    # bench_gpu's ceiling (above 100: that harness measures a copy faster than bench_gpu does)
+    copies = any(k[3] == "copy" for k in ti)
     print(f"{'op':12s} {'dtype':9s} {'shape':24s} {'GB/s':>8s} {'%ceil':>6s} {'x eager':>8s} "
-          f"{'x compile':>9s}")
+          f"{'x compile':>9s}" + (f" {'torch copy %ceil':>16s}" if copies else ""))
     for r in normd:
         t = float(r["time_us"])
         key = (r["op"], r["dtype"], r["shape"])
@@ -40,8 +45,47 @@ def table(normd, torch_rows):
         c = ti.get(key + ("compile",))
         es = f"{e / t:8.2f}" if e else f"{'-':>8s}"
         cs = f"{c / t:9.2f}" if c else f"{'-':>9s}"
+        tc = ""
+        if copies:
+            k = ti.get(key + ("copy",))
+            ceil_us = t * float(r["pct_ceiling"]) / 100 if float(r["pct_ceiling"]) > 0 else 0
+            tc = f" {100 * ceil_us / k:15.1f}%" if k and ceil_us else f" {'-':>16s}"
         print(f"{r['op']:12s} {r['dtype']:9s} {r['shape']:24s} {float(r['gbps']):8.0f} "
-              f"{float(r['pct_ceiling']):5.1f}% {es} {cs}")
+              f"{float(r['pct_ceiling']):5.1f}% {es} {cs}{tc}")
+
+
+# The speed goals: % of the same-run copy ceiling by shape class, and x torch.compile.
+GOALS = {"rows <= 32768 columns": 95.0, "rows > 32768 columns": 90.0,
+         "softmax / log_softmax, not the last axis": 80.0, "prelu": 95.0}
+
+
+def goal_class(r):
+    if r["op"].startswith("prelu"):
+        return "prelu"
+    if r["suite"] == "axis":
+        return "softmax / log_softmax, not the last axis"
+    return "rows <= 32768 columns" if int(r["cols"]) <= 32768 else "rows > 32768 columns"
+
+
+def goals(normd, torch_rows):
+    ti = torch_index(torch_rows)
+    for cls, goal in GOALS.items():
+        rows = [r for r in normd if goal_class(r) == cls]
+        short = [r for r in rows if float(r["pct_ceiling"]) < goal]
+        print(f"{cls}: {len(rows) - len(short)} of {len(rows)} at >= {goal:g}% of the ceiling")
+        for r in short:
+            print(f"    {r['op']:12s} {r['dtype']:9s} {r['shape']:24s} {float(r['pct_ceiling']):5.1f}%")
+    xs = []
+    for r in normd:
+        c = ti.get((r["op"], r["dtype"], r["shape"], "compile"))
+        if c:
+            xs.append((c / float(r["time_us"]), r))
+    below = sorted(((x, r) for x, r in xs if round(x, 2) < 1.0), key=lambda e: e[0])
+    print(f"x torch.compile >= 1.00 (as the table prints it, two decimals): "
+          f"{len(xs) - len(below)} of {len(xs)} measured")
+    for x, r in below:
+        print(f"    {r['op']:12s} {r['dtype']:9s} {r['shape']:24s} {x:5.2f} "
+              f"({float(r['pct_ceiling']):.1f}% of the ceiling)")
 
 
 def plots(normd, torch_rows, outdir):
@@ -91,6 +135,7 @@ def plots(normd, torch_rows, outdir):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--table", action="store_true")
+    ap.add_argument("--goals", action="store_true")
     ap.add_argument("normd")
     ap.add_argument("torch", nargs="?")
     ap.add_argument("-o", "--outdir", default="bench/results")
@@ -101,6 +146,8 @@ def main():
         return 1
     if a.table:
         table(normd, tr)
+    elif a.goals:
+        goals(normd, tr)
     else:
         plots(normd, tr, a.outdir)
     return 0

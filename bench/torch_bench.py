@@ -8,7 +8,7 @@ of several replays. torch.compile is reset between shapes (torch._dynamo.reset()
 recompiles it would silently fall back to eager.
 
     torch_bench.py [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] [--csv PATH]
-                   [--impl eager,compile] [--quick] [--budget-s SECONDS]
+                   [--impl eager,compile[,copy]] [--quick] [--budget-s SECONDS]
 
 Writes CSV (default bench/results/torch.csv): suite, op, dtype, shape, impl, time_us, gbps.
 The shape list must match make_shapes() in bench_gpu.cu.
@@ -56,8 +56,10 @@ def make_shapes(quick, extra=()):
     return v
 
 
-def make_fn(op, shape, axis, dt):
+def make_fn(op, shape, axis, dt, impl="eager"):
     dev = "cuda"
+    if impl == "copy":  # the harness's own copy of x (see --impl)
+        return lambda x: x.clone()
     if op in ("layernorm", "rmsnorm"):
         c = shape[-1]
         w = torch.rand(c, device=dev).add_(0.5).to(dt)
@@ -121,7 +123,9 @@ def main():
     ap.add_argument("--op", default="")
     ap.add_argument("--dtype", default="")
     ap.add_argument("--csv", default="bench/results/torch.csv")
-    ap.add_argument("--impl", default="eager,compile")
+    ap.add_argument("--impl", default="eager,compile",
+                    help="eager, compile, copy (x.clone() timed the same way: what this harness "
+                         "measures for a copy of the shape, against bench_gpu's ceiling)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--cols", default="",
                     help="N[,N...]: only shapes of these last-axis widths, rows of 49152 x N "
@@ -174,8 +178,8 @@ def main():
                 k = int(min(64, max(1, math.ceil(WORKING_SET / moved))))
                 N = int(min(2000, max(k, math.ceil(GRAPH_BYTES / moved), 3)))
                 xs = [torch.rand(shape, device="cuda").mul_(4).sub_(2).to(dt) for _ in range(k)]
-                fn = make_fn(op, shape, axis, dt)
                 for impl in impls:
+                    fn = make_fn(op, shape, axis, dt, impl)
                     comp_s = 0.0
                     if impl == "compile":
                         if time.time() - t_start > args.budget_s:
