@@ -211,6 +211,26 @@ template <> struct nd_word<8> { typedef uint2 type; };
 template <> struct nd_word<4> { typedef unsigned type; };
 template <> struct nd_word<2> { typedef unsigned short type; };
 
+/* A 16-byte word that many blocks re-read (a row op's parameters), KEEP: with an L2 evict-last
+ * cache policy (createpolicy + ld.global.nc.L2::cache_hint), so streamed data (x and y are
+ * evict-first) does not push it out of L2; else a plain ld.global.nc. The load is volatile asm:
+ * a plain asm statement may be hoisted above the bounds check that guards it (see nd_ldg1). */
+template <bool KEEP> __device__ __forceinline__ uint4 nd_ldg_keep(const uint4 *p)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (KEEP) {
+        unsigned long long pol;
+        asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+        uint4 r;
+        asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                     : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                     : "l"(p), "l"(pol));
+        return r;
+    }
+#endif
+    return __ldg(p);
+}
+
 /* Load N elements at p (aligned to N * sizeof(T)) into floats. Read-only path (ld.global.nc). */
 template <class T, int N>
 __device__ __forceinline__ void nd_load_pack(const T *p, float (&out)[N])
@@ -221,6 +241,21 @@ __device__ __forceinline__ void nd_load_pack(const T *p, float (&out)[N])
 #pragma unroll
     for (int i = 0; i < N; i++)
         out[i] = nd_to_float(u.pk.v[i]);
+}
+
+/* Same, KEEP: a 16-byte pack that many blocks re-read, kept in L2 (nd_ldg_keep). */
+template <class T, int N, bool KEEP>
+__device__ __forceinline__ void nd_load_pack_keep(const T *p, float (&out)[N])
+{
+    if constexpr (KEEP && sizeof(T) * N == 16) {
+        union { uint4 w; nd_pack<T, N> pk; } u;
+        u.w = nd_ldg_keep<true>(reinterpret_cast<const uint4 *>(p));
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            out[i] = nd_to_float(u.pk.v[i]);
+    } else {
+        nd_load_pack<T, N>(p, out);
+    }
 }
 
 /* Same, streaming (evict-first): for data read exactly once, so it does not push parameters or

@@ -185,10 +185,30 @@ __device__ __forceinline__ void nd_row_load(const T *row, I c0, I cols, float pa
         o[j] = nd_to_float(t[j]);
 }
 
+/* 1: an op whose param_l2_last(element bytes) says so loads its parameters with an L2
+ * evict-last policy (nd_ldg_keep), 2: every op, 0: none. RMSNorm names float32: H100, three
+ * alternating rounds, % of the copy ceiling, 128x1048576 90.0 -> 91.5, the other widths measured
+ * (128-262144 columns) within 0.1; ncu: 561.6 -> 546.3 MB read from DRAM for 512 MiB of x. On
+ * LayerNorm's float32 rows (ncu: 606 -> 577 MB) 128x1048576 gained 0.5, 262144 and 65536 columns
+ * lost 1.6 and 2.1; on 16-bit rows it lost up to 5 (bench/results/param_l2_h100.txt). */
+#ifndef ND_ROWS_PARAM_L2_LAST
+#define ND_ROWS_PARAM_L2_LAST 1
+#endif
+template <class Op, class = void> struct nd_op_has_param_l2_last : std::false_type {};
+template <class Op>
+struct nd_op_has_param_l2_last<Op, std::void_t<decltype(Op::param_l2_last(0))>> : std::true_type {};
+template <class Op> __host__ __device__ constexpr bool nd_param_l2_last(int elem_bytes)
+{
+    if constexpr (nd_op_has_param_l2_last<Op>::value)
+        return ND_ROWS_PARAM_L2_LAST == 2 || (ND_ROWS_PARAM_L2_LAST == 1 && Op::param_l2_last(elem_bytes));
+    else
+        return ND_ROWS_PARAM_L2_LAST == 2;
+}
+
 /* Parameters: cached loads (they are read by every row); vector only when vec_ok (same grid
  * offset as x) or WHOLE (the caller knows the pack is whole and on the grid). Absent (NULL)
- * parameters read as dflt. */
-template <class T, int VEC, class I, bool WHOLE = false>
+ * parameters read as dflt. KEEP: kept in L2 (nd_param_l2_last). */
+template <class T, int VEC, class I, bool WHOLE = false, bool KEEP = false>
 __device__ __forceinline__ void nd_param_load(const T *p, I c0, I cols, bool vec_ok, float dflt,
                                               float (&o)[VEC])
 {
@@ -197,7 +217,7 @@ __device__ __forceinline__ void nd_param_load(const T *p, I c0, I cols, bool vec
         for (int j = 0; j < VEC; j++)
             o[j] = dflt;
     } else if (WHOLE || (vec_ok && c0 >= 0 && c0 + VEC <= cols)) {
-        nd_load_pack<T, VEC>(p + c0, o);
+        nd_load_pack_keep<T, VEC, KEEP>(p + c0, o);
     } else {
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
@@ -245,11 +265,12 @@ __device__ __forceinline__ void nd_row_emit(const nd_rows_args<T> &a, const type
                                             const typename Op::State &st, T *yrow, I c0, I cols,
                                             nd_row_out ro, G v)
 {
+    constexpr bool K = nd_param_l2_last<Op>((int)sizeof(T));
     float g[VEC], b[VEC], o[VEC];
     if (Op::kParams >= 1)
-        nd_param_load<T, VEC, I, WHOLE>(a.p0, c0, cols, ro.p0_vec, 1.0f, g);
+        nd_param_load<T, VEC, I, WHOLE, K>(a.p0, c0, cols, ro.p0_vec, 1.0f, g);
     if (Op::kParams >= 2)
-        nd_param_load<T, VEC, I, WHOLE>(a.p1, c0, cols, ro.p1_vec, 0.0f, b);
+        nd_param_load<T, VEC, I, WHOLE, K>(a.p1, c0, cols, ro.p1_vec, 0.0f, b);
 #pragma unroll
     for (int j = 0; j < VEC; j++)
         o[j] = STREAM ? Op::out_stream(st, prm, v(j), g[j], b[j]) : Op::out(st, prm, v(j), g[j], b[j]);
@@ -299,9 +320,10 @@ template <class Op, class T, int VEC, int HOLD = 1, bool PARTIAL = false> struct
     {
         if (PARTIAL && c0 >= a.cols)
             return;
-        g[k] = __ldg(reinterpret_cast<const uint4 *>(a.p0 + c0));
+        constexpr bool K = nd_param_l2_last<Op>((int)sizeof(T));
+        g[k] = nd_ldg_keep<K>(reinterpret_cast<const uint4 *>(a.p0 + c0));
         if (Op::kParams >= 2)
-            b[k] = __ldg(reinterpret_cast<const uint4 *>(a.p1 + c0));
+            b[k] = nd_ldg_keep<K>(reinterpret_cast<const uint4 *>(a.p1 + c0));
     }
     /* the first min(HOLD, PACKS) packs of a lane whose pack i starts at c_first + i * stride */
     template <int PACKS>
@@ -703,10 +725,11 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
             for (int i = 0; i < PACKS; i++) {
                 const int c0 = (i * W + gl) * VEC - h;
                 float g[VEC], b[VEC];
+                constexpr bool K = nd_param_l2_last<Op>((int)sizeof(T));
                 if (Op::kParams >= 1)
-                    nd_param_load<T, VEC, int>(a.p0, c0, ctx.cols, p0v, 1.0f, g);
+                    nd_param_load<T, VEC, int, false, K>(a.p0, c0, ctx.cols, p0v, 1.0f, g);
                 if (Op::kParams >= 2)
-                    nd_param_load<T, VEC, int>(a.p1, c0, ctx.cols, p1v, 0.0f, b);
+                    nd_param_load<T, VEC, int, false, K>(a.p1, c0, ctx.cols, p1v, 0.0f, b);
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     if (row[r] >= a.rows)
