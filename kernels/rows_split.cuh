@@ -67,7 +67,13 @@
  * the same columns of two rows (half the packs of each, 512 threads), so each parameter pack
  * served both rows; the kernels spilled 8-56 bytes at 64 registers and LayerNorm lost 3-7
  * points at 262144 and 1048576 columns, 14-17 at 65536 (RMSNorm: within 0.5, +1.5 at 16-bit
- * 262144). bench/results/ln_split_params_h100.txt.
+ * 262144). bench/results/ln_split_params_h100.txt. Then blocks of two groups of chunk threads,
+ * each group the same columns of its own row (its own all-reduce on a named barrier, its own
+ * wait), one row a thread, so the groups' parameter loads meet in L1: every op lost, LayerNorm
+ * 16-bit 128x1048576 88.7 / 86.2 -> 80.8 / 78.7, 2048x65536 3-5.5 points, the other ops 0.5-7
+ * (H100, bench/results/split_rows2_h100.txt). And the parameters with an L2 evict-last policy:
+ * DRAM reads of float32 128x1048576 fell 606 -> 577 MB, LayerNorm moved -2.1 to +0.9
+ * (bench/results/param_l2_h100.txt; RMSNorm float32 keeps it, ND_ROWS_PARAM_L2_LAST).
  */
 #ifndef ND_ROWS_SPLIT_CUH
 #define ND_ROWS_SPLIT_CUH
