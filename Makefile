@@ -351,6 +351,7 @@ bench-gpu: $(BUILD)/bench/bench_gpu
 	./$(BUILD)/bench/bench_gpu --csv bench/results/gpu.csv $(BENCH_ARGS)
 	python3 bench/torch_bench.py --csv bench/results/torch.csv $(BENCH_ARGS)
 	python3 bench/plot.py --table bench/results/gpu.csv bench/results/torch.csv
+	python3 bench/plot.py --goals bench/results/gpu.csv bench/results/torch.csv
 
 gpu-check: $(BUILD)/bench/bench_gpu $(GPU_BIN)
 	bench/gpu_check.sh

@@ -8,7 +8,8 @@
 #                               build/ works: BIN=build/carry)
 #   SUITE=rows|axis|prelu|all   which benchmark shapes (default rows)
 #   TESTS="gpu_rows gpu_axis"   which test programs (default: every build/tests/gpu_*)
-#   TORCH_IMPL=eager,compile    PyTorch variants; TORCH_BUDGET_S caps the compile time spent
+#   TORCH_IMPL=eager,compile    PyTorch variants (add copy: x.clone() in PyTorch's harness);
+#                               TORCH_BUDGET_S caps the compile time spent
 #   TORCH_WARM=4                compile in this many processes first (fills Inductor's disk
 #                               caches, so the timing run recompiles from cache); 0 disables
 #   QUICK=1                     a reduced width sweep
@@ -65,3 +66,4 @@ if [ -n "$TORCH_IMPL" ]; then
 fi
 
 python3 bench/plot.py --table "$OUT/normd.csv" "$OUT/torch.csv" | tee "$OUT/table.txt"
+python3 bench/plot.py --goals "$OUT/normd.csv" "$OUT/torch.csv" | tee "$OUT/goals.txt"
