@@ -59,6 +59,8 @@
  *                            all its parameters with x rather than one pack ahead (nd_param_hold)
  *   wide_regs(elem bytes, n) optional: whether a warp-kernel lane holding n elements of a 16-bit
  *                            row keeps them as floats, so set(e, f) is exact (nd_wide_regs)
+ *   param_l2_last(elem bytes) optional: whether the parameters are loaded with an L2 evict-last
+ *                            policy in every kernel (nd_param_l2_last)
  */
 #ifndef ND_ROWS_CUH
 #define ND_ROWS_CUH
