@@ -48,8 +48,7 @@ def table(normd, torch_rows):
         tc = ""
         if copies:
             k = ti.get(key + ("copy",))
-            ceil_us = t * float(r["pct_ceiling"]) / 100 if float(r["pct_ceiling"]) > 0 else 0
-            tc = f" {100 * ceil_us / k:15.1f}%" if k and ceil_us else f" {'-':>16s}"
+            tc = f" {100 * float(r['copy_time_us']) / k:15.1f}%" if k else f" {'-':>16s}"
         print(f"{r['op']:12s} {r['dtype']:9s} {r['shape']:24s} {float(r['gbps']):8.0f} "
               f"{float(r['pct_ceiling']):5.1f}% {es} {cs}{tc}")
 

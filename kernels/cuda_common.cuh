@@ -231,31 +231,20 @@ template <bool KEEP> __device__ __forceinline__ uint4 nd_ldg_keep(const uint4 *p
     return __ldg(p);
 }
 
-/* Load N elements at p (aligned to N * sizeof(T)) into floats. Read-only path (ld.global.nc). */
-template <class T, int N>
+/* Load N elements at p (aligned to N * sizeof(T)) into floats. Read-only path (ld.global.nc);
+ * KEEP: a 16-byte pack that many blocks re-read, kept in L2 (nd_ldg_keep). */
+template <class T, int N, bool KEEP = false>
 __device__ __forceinline__ void nd_load_pack(const T *p, float (&out)[N])
 {
     typedef typename nd_word<sizeof(T) * N>::type W;
     union { W w; nd_pack<T, N> pk; } u;
-    u.w = __ldg(reinterpret_cast<const W *>(p));
+    if constexpr (KEEP && sizeof(W) == 16)
+        u.w = nd_ldg_keep<true>(reinterpret_cast<const uint4 *>(p));
+    else
+        u.w = __ldg(reinterpret_cast<const W *>(p));
 #pragma unroll
     for (int i = 0; i < N; i++)
         out[i] = nd_to_float(u.pk.v[i]);
-}
-
-/* Same, KEEP: a 16-byte pack that many blocks re-read, kept in L2 (nd_ldg_keep). */
-template <class T, int N, bool KEEP>
-__device__ __forceinline__ void nd_load_pack_keep(const T *p, float (&out)[N])
-{
-    if constexpr (KEEP && sizeof(T) * N == 16) {
-        union { uint4 w; nd_pack<T, N> pk; } u;
-        u.w = nd_ldg_keep<true>(reinterpret_cast<const uint4 *>(p));
-#pragma unroll
-        for (int i = 0; i < N; i++)
-            out[i] = nd_to_float(u.pk.v[i]);
-    } else {
-        nd_load_pack<T, N>(p, out);
-    }
 }
 
 /* Same, streaming (evict-first): for data read exactly once, so it does not push parameters or

@@ -219,7 +219,7 @@ __device__ __forceinline__ void nd_param_load(const T *p, I c0, I cols, bool vec
         for (int j = 0; j < VEC; j++)
             o[j] = dflt;
     } else if (WHOLE || (vec_ok && c0 >= 0 && c0 + VEC <= cols)) {
-        nd_load_pack_keep<T, VEC, KEEP>(p + c0, o);
+        nd_load_pack<T, VEC, KEEP>(p + c0, o);
     } else {
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
