@@ -70,9 +70,16 @@ namespace {
  * Then (stop 38, H100, five alternating rounds, bench/results/prelu_ln128_h100.txt): blocks of 64
  * or 256 threads against 128 (ND_PRELU_BLOCK): (96,512,7,7) float16 / bfloat16 92.8 / 92.7 ->
  * 92.8 / 92.7 (64) and 92.5 / 92.4 (256), the other shapes within 0.5. Kept 128.
+ * Then (H200, three alternating rounds, bench/results/prelu_unroll2_small_h200.txt): two packs a
+ * thread at every size (ND_PRELU_UNROLL2_MIN_PACKS 0), so (96,512,7,7)'s blocks fit the device in
+ * one wave: float16 / bfloat16 (96,512,7,7) 91.4 / 91.3 -> 91.7 / 91.2, (96,512,14,14) 96.4 /
+ * 96.4 -> 95.1 / 95.1. Kept one pack.
  */
 #ifndef ND_PRELU_BLOCK /* prelu_policy::block_threads */
 #define ND_PRELU_BLOCK 128
+#endif
+#ifndef ND_PRELU_UNROLL2_MIN_PACKS /* prelu_policy::unroll2_min_packs */
+#define ND_PRELU_UNROLL2_MIN_PACKS ((int64_t)2 << 20)
 #endif
 struct prelu_policy {
     static constexpr int block_threads = ND_PRELU_BLOCK;
@@ -85,7 +92,7 @@ struct prelu_policy {
     /* Packs per thread, loaded before any is used: 2 for 16-bit tensors of at least
      * unroll2_min_packs packs, else 1 (a small tensor needs every thread it can get). */
     template <typename T> __host__ __device__ static constexpr int unroll() { return sizeof(T) == 4 ? 1 : 2; }
-    static constexpr int64_t unroll2_min_packs = (int64_t)2 << 20;
+    static constexpr int64_t unroll2_min_packs = ND_PRELU_UNROLL2_MIN_PACKS;
     /* Evict-first loads and stores: x and y are touched once. */
     static constexpr bool streaming = true;
 };

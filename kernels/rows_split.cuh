@@ -74,6 +74,13 @@
  * (H100, bench/results/split_rows2_h100.txt). And the parameters with an L2 evict-last policy:
  * DRAM reads of float32 128x1048576 fell 606 -> 577 MB, LayerNorm moved -2.1 to +0.9
  * (bench/results/param_l2_h100.txt; RMSNorm float32 keeps it, ND_ROWS_PARAM_L2_LAST).
+ * And chunk blocks in thread-block clusters of two, the same chunk of two rows, rank 0 bulk-copying
+ * gamma and rank 1 beta into shared memory and each reading the other's through distributed
+ * shared memory (the pair's ticket passed from rank 0, cluster barriers after the copies and
+ * before leaving): correct, but the clusters alone, parameters still from global memory, cost
+ * 13-17 points at every long shape (H200, float16 2048x65536 85.6 -> 70.7; ncu 154 -> 187 us),
+ * and sharing the parameters lost 1-3 more (128x1048576 float16 77.9 -> 59.2).
+ * bench/results/split_pairs_h200.txt.
  */
 #ifndef ND_ROWS_SPLIT_CUH
 #define ND_ROWS_SPLIT_CUH

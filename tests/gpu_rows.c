@@ -686,50 +686,80 @@ Test(gpu_rows, beyond_int32_elements)
  * outputs carry the same bits (statistics combined in a fixed order, whatever the timing).
  * ------------------------------------------------------------------------------------------- */
 
-Test(gpu_rows, long_rows_concurrent_streams)
+/* rows x cols of op in dtype dt (LayerNorm with random gamma and beta) on NS streams at once,
+ * three launches each */
+static void concurrent_long_rows(nd_op op, nd_dtype dt, int64_t rows, int64_t cols, uint64_t seed)
 {
-    need_device();
     enum { NS = 4 };
-    const nd_dtype dt = ND_FLOAT32;
-    const int64_t rows = 24, cols = 1048576, n = rows * cols;
-    uint64_t rng = 0x7001;
-    float *hx = xmalloc((size_t)n * 4), *hy = xmalloc((size_t)n * 4);
-    float *h0 = xmalloc((size_t)n * 4);
+    const size_t es = nd_dtype_size(dt);
+    const int64_t n = rows * cols;
+    uint64_t rng = seed;
+    void *hx = xmalloc((size_t)n * es), *hy = xmalloc((size_t)n * es), *h0 = xmalloc((size_t)n * es);
+    void *hg = xmalloc((size_t)cols * es), *hb = xmalloc((size_t)cols * es);
     double *fx = xmalloc((size_t)n * sizeof(double)), *ref = xmalloc((size_t)n * sizeof(double));
+    double *fg = xmalloc((size_t)cols * sizeof(double)), *fb = xmalloc((size_t)cols * sizeof(double));
+    double *rmean = xmalloc((size_t)rows * sizeof(double)), *rrstd = xmalloc((size_t)rows * sizeof(double));
     nd_fill_random(dt, hx, n, 0.0, 3.0, &rng, fx);
-    nd_ref_softmax(fx, rows, cols, 1, 0, ref);
-    dbuf dx = dalloc(4, n, 0), dy[NS];
+    nd_fill_random(dt, hg, cols, 1.0, 0.5, &rng, fg);
+    nd_fill_random(dt, hb, cols, 0.0, 0.5, &rng, fb);
+    if (op == ND_OP_LAYERNORM)
+        nd_ref_layernorm(fx, rows, cols, fg, fb, 1e-5f, ref, rmean, rrstd);
+    else
+        nd_ref_softmax(fx, rows, cols, 1, 0, ref);
+    dbuf dx = dalloc(es, n, 0), dg = dalloc(es, cols, 0), db = dalloc(es, cols, 0), dy[NS];
     cudaStream_t st[NS];
-    CUDA_OK(cudaMemcpy(dx.p, hx, (size_t)n * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dx.p, hx, (size_t)n * es, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dg.p, hg, (size_t)cols * es, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(db.p, hb, (size_t)cols * es, cudaMemcpyHostToDevice));
     for (int i = 0; i < NS; i++) {
-        dy[i] = dalloc(4, n, 0);
-        CUDA_OK(cudaMemset(dy[i].p, 0xff, (size_t)n * 4));
+        dy[i] = dalloc(es, n, 0);
+        CUDA_OK(cudaMemset(dy[i].p, 0xff, (size_t)n * es));
         CUDA_OK(cudaStreamCreateWithFlags(&st[i], cudaStreamNonBlocking));
     }
     for (int rep = 0; rep < 3; rep++) { /* each stream runs three launches back to back */
         for (int i = 0; i < NS; i++) {
-            nd_softmax_args a = {dt, rows, cols, 1, dx.p, dy[i].p};
             nd_error err = {{0}};
-            cr_assert_eq(nd_cuda_softmax(&a, 0, st[i], &err), ND_OK, "%s", err.msg);
+            if (op == ND_OP_LAYERNORM) {
+                nd_norm_args a = {dt, rows, cols, dx.p, dy[i].p, dg.p, db.p, 1e-5f, NULL, NULL};
+                cr_assert_eq(nd_cuda_layernorm(&a, st[i], &err), ND_OK, "%s", err.msg);
+            } else {
+                nd_softmax_args a = {dt, rows, cols, 1, dx.p, dy[i].p};
+                cr_assert_eq(nd_cuda_softmax(&a, 0, st[i], &err), ND_OK, "%s", err.msg);
+            }
         }
     }
     CUDA_OK(cudaDeviceSynchronize());
-    char msg[256];
+    char msg[256], what[160];
+    snprintf(what, sizeof what, "%s %s %lldx%lld on %d streams", nd_op_name(op), nd_dtype_name(dt),
+             (long long)rows, (long long)cols, NS);
     for (int i = 0; i < NS; i++) {
-        CUDA_OK(cudaMemcpy(i ? hy : h0, dy[i].p, (size_t)n * 4, cudaMemcpyDeviceToHost));
-        int64_t bad = nd_compare(dt, i ? hy : h0, ref, n, "softmax 24x1048576 on 4 streams", msg,
-                                 sizeof msg);
+        CUDA_OK(cudaMemcpy(i ? hy : h0, dy[i].p, (size_t)n * es, cudaMemcpyDeviceToHost));
+        int64_t bad = nd_compare(dt, i ? hy : h0, ref, n, what, msg, sizeof msg);
         cr_expect_eq(bad, 0, "stream %d: %lld mismatches; first: %s", i, (long long)bad, msg);
         if (i)
-            cr_expect(memcmp(h0, hy, (size_t)n * 4) == 0, "stream %d: other bits than stream 0",
-                      i);
+            cr_expect(memcmp(h0, hy, (size_t)n * es) == 0, "%s: stream %d: other bits than stream 0",
+                      what, i);
     }
     for (int i = 0; i < NS; i++) {
         CUDA_OK(cudaStreamDestroy(st[i]));
         dfree(dy[i]);
     }
-    dfree(dx);
-    free(hx), free(hy), free(h0), free(fx), free(ref);
+    dfree(dx), dfree(dg), dfree(db);
+    free(hx), free(hy), free(h0), free(hg), free(hb), free(fx), free(ref), free(fg), free(fb);
+    free(rmean), free(rrstd);
+}
+
+Test(gpu_rows, long_rows_concurrent_streams)
+{
+    need_device();
+    concurrent_long_rows(ND_OP_SOFTMAX, ND_FLOAT32, 24, 1048576, 0x7001);
+}
+
+/* the same for LayerNorm's 16-bit chunk blocks, with gamma and beta (an odd row count) */
+Test(gpu_rows, long_rows_concurrent_streams_layernorm)
+{
+    need_device();
+    concurrent_long_rows(ND_OP_LAYERNORM, ND_FLOAT16, 25, 1048576, 0x7002);
 }
 
 /* ---------------------------------------------------------------------------------------------
