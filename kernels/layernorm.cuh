@@ -171,10 +171,13 @@ struct nd_layernorm_policy : nd_norm_policy {
      * chunks (H100, three alternating rounds against the split kernel, % of the copy ceiling,
      * float32 49152 rows of 20480 / 24576 / 28672 / 32768 columns, 5-8 packs a thread;
      * bench/results/rows_big_block.txt): 90.2 / 94.9 / 91.2 / 95.7 -> 94.2 / 97.1 / 99.5 / 99.7,
-     * 32768 with one all-reduce (ND_LN_BIG_ONE_ROUND; with two it lost, 95.8 -> 90.3). */
-    static constexpr bool big_block(int elem_bytes, int packs)
+     * 32768 with one all-reduce (ND_LN_BIG_ONE_ROUND; with two it lost, 95.8 -> 90.3).
+     * Not on a fast device: on an H200 (three alternating rounds, bench/results/
+     * rows_fit_big_h200.txt) the split kernel took 24576 columns from 79.8 to 89.0, 32768 90.0
+     * -> 89.9. */
+    static constexpr bool big_block(int elem_bytes, int packs, bool fast)
     {
-        return elem_bytes == 4 && (packs <= 7 || ND_LN_BIG_ONE_ROUND);
+        return elem_bytes == 4 && !fast && (packs <= 7 || ND_LN_BIG_ONE_ROUND);
     }
     /* Tried after (H100, three alternating rounds, bench/results/rows_hold_h100.txt), none kept:
      *   16-bit rows of 32-63 packs at 2 packs a lane too (256 columns: 16 lanes, parameters

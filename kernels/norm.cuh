@@ -58,9 +58,9 @@ struct nd_norm_policy {
     /* every fitted warp geometry (ND_ROWS_WARP_FIT): LayerNorm's 16-bit rows gained 5-29
      * points of the copy ceiling at each one measured (24-896 columns), float32 24-96 10-13,
      * 192 and 320 moved within 0.7 (H100; bench/results/model_widths_h100.txt) */
-    static constexpr bool warp_fit(int, int, int) { return true; }
+    static constexpr bool warp_fit(int, int, int, bool) { return true; }
     /* rows past kBlockMax x 8 packs take the split kernel, not one block of 1024 threads */
-    static constexpr bool big_block(int, int) { return false; }
+    static constexpr bool big_block(int, int, bool) { return false; }
 };
 
 /* The policy an op runs with: Op::Policy where it names one, else nd_norm_policy. */

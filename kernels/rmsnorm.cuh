@@ -56,16 +56,21 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * chunks (H100, three alternating rounds against the split kernel, % of the copy ceiling,
      * float32 49152 rows of 20480 / 24576 / 28672 / 32768 columns, 5-8 packs a thread;
      * bench/results/rows_big_block.txt): 95.4 / 96.2 / 96.6 / 97.0 -> 100.2 / 100.0 / 100.1 / 99.9.
-     * 16-bit rows of 65536 columns gained 1.2 that way and the other ops' lost 0.7-4.5: not taken. */
-    static constexpr bool big_block(int elem_bytes, int) { return elem_bytes == 4; }
+     * 16-bit rows of 65536 columns gained 1.2 that way and the other ops' lost 0.7-4.5: not taken.
+     * On an H200 too: the split kernel lost 3.4-3.6 at 24576 / 32768 columns (bench/results/
+     * rows_fit_big_h200.txt). */
+    static constexpr bool big_block(int elem_bytes, int, bool) { return elem_bytes == 4; }
     /* The fitted warp geometries (ND_ROWS_WARP_FIT) of 16-bit rows in lanes of 3 packs (48 and 96
      * columns: 91 / 82 -> 101 / 94% of the copy ceiling) and 8 lanes of 5 (320: 94.0 -> 95.7);
      * 4 and 8 lanes of 6-7 packs (192, 384, 448), 16 of 5 (640), one lane of 3 (24) and float32
      * lanes of 3 and 6 (48, 192) lost 0.8-4.1 (H100, three alternating rounds;
-     * bench/results/model_widths_h100.txt). */
-    static constexpr bool warp_fit(int elem_bytes, int w, int packs)
+     * bench/results/model_widths_h100.txt). On a fast device every 16-bit fitted geometry: on an
+     * H200 (three alternating rounds, bench/results/rows_fit_big_h200.txt) 8 lanes of 6 (384
+     * columns) 88.6-88.8 -> 93.2-93.3, 16 of 5 (640) 88.3-88.5 -> 96.5-96.6, 16 of 7 (896)
+     * 90.5-90.9 -> 96.4-96.5, 4 of 6 (192) within 0.4; float32 8 lanes of 6 (192) lost 2.2. */
+    static constexpr bool warp_fit(int elem_bytes, int w, int packs, bool fast)
     {
-        return elem_bytes == 2 && ((w >= 2 && packs == 3) || (w == 8 && packs == 5));
+        return elem_bytes == 2 && (fast || (w >= 2 && packs == 3) || (w == 8 && packs == 5));
     }
 };
 

@@ -1112,8 +1112,8 @@ template <int LO, int HI, class F> static inline nd_status nd_rows_pick(int n, F
 }
 
 /* Devices with at least this peak DRAM bandwidth (GB/s) take the policies' "fast" routes (the
- * tile kernel's tile_tiles, the split kernel's split_threads_long): an H200 (4.8 TB/s) does, an
- * H100 SXM (3.35) does not. The routes were measured on both. */
+ * tile kernel's tile_tiles, the split kernel's split_threads_long, exact, warp_fit, big_block):
+ * an H200 (4.8 TB/s) does, an H100 SXM (3.35) does not. The routes were measured on both. */
 #ifndef ND_ROWS_FAST_GBPS
 #define ND_ROWS_FAST_GBPS 4000.0
 #endif
@@ -1136,7 +1136,8 @@ template <class T> static inline bool nd_rows_on_grid(const nd_rows_args<T> &a)
  * 320 / 384 / 640 / 896 columns 72-74 / 68 / 68 / 76 / 85 / 82-83 / 84-85 -> 100.5 / 91 / 95 /
  * 94 / 96 / 97 / 98, float32 24-96 85-87 -> 97-98; softmax and log_softmax 16-bit 96 71-76 ->
  * 97-98, 320 84-86 -> 96-97; RMSNorm 16-bit 48 / 96 91 / 82 -> 101 / 94, but 192-640 (4 and 8
- * lanes of 6-7 packs, 16 of 5) 1.1-2.7 lower, and softmax's 16 lanes of 5-7 packs 0.9 lower. */
+ * lanes of 6-7 packs, 16 of 5) 1.1-2.7 lower, and softmax's 16 lanes of 5-7 packs 0.9 lower.
+ * 2: every fitted geometry, whatever the policy says (A/B runs). */
 #ifndef ND_ROWS_WARP_FIT
 #define ND_ROWS_WARP_FIT 1
 #endif
@@ -1188,7 +1189,10 @@ static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::P
 #include "rows_tile.cuh"
 
 /* Threads of the big block: one block a row for rows past kBlockMax x PM packs, where the
- * policy's big_block(element bytes, packs a thread) takes it instead of the split kernel. */
+ * policy's big_block(element bytes, packs a thread, fast) takes it instead of the split kernel. */
+#ifndef ND_ROWS_BIG_BLOCK_TAKE /* 0: never one big block a row (A/B runs); 1: where the policy's big_block says */
+#define ND_ROWS_BIG_BLOCK_TAKE 1
+#endif
 #ifndef ND_ROWS_BIG_BLOCK
 #define ND_ROWS_BIG_BLOCK 1024
 #endif
@@ -1196,7 +1200,7 @@ static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::P
 template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
 {
     for (int p = pm / 2 + 1; p <= pm; p++)
-        if (Pol::big_block(elem_bytes, p))
+        if (Pol::big_block(elem_bytes, p, false) || Pol::big_block(elem_bytes, p, true))
             return true;
     return false;
 }
@@ -1226,15 +1230,17 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *                  device of ND_ROWS_FAST_GBPS or more (fast) or less, for rows of exactly
  *                  the geometry's length (exact: the warp kernel's exact twin is the other
  *                  choice) or not; 0: the warp kernel
- *   big_block(element bytes, packs)  whether rows of more than kBlockMax * PM packs and at
- *                  most ND_ROWS_BIG_BLOCK (1024) * PM take one block of that many threads, of
- *                  `packs` packs a thread, rather than the split kernel
+ *   big_block(element bytes, packs, fast)  whether rows of more than kBlockMax * PM packs and
+ *                  at most ND_ROWS_BIG_BLOCK (1024) * PM take one block of that many threads, of
+ *                  `packs` packs a thread, rather than the split kernel, on a device of the
+ *                  fast class or not
  *   exact(element bytes, cols, fast)  whether rows of exactly a warp or block kernel's cols
  *                  columns, on the 16-byte grid, take that kernel's exact twin (ND_ROWS_EXACT)
  *                  on a device of the fast class or not
- *   warp_fit(element bytes, w, packs)  whether rows on the grid of exactly w lanes x packs
- *                  packs, where the branches below would take 2w lanes with some short of
- *                  packs, take that fitted geometry's exact twin (ND_ROWS_WARP_FIT)
+ *   warp_fit(element bytes, w, packs, fast)  whether rows on the grid of exactly w lanes x
+ *                  packs packs, where the branches below would take 2w lanes with some short
+ *                  of packs, take that fitted geometry's exact twin (ND_ROWS_WARP_FIT), on a
+ *                  device of the fast class or not
  * Choice by P, the most 16-byte packs any row spans:
  *   P <= 16 * kSubPacks          warp kernel, W = P / SP rounded up to a power of two lanes per
  *                                row, SP = kSubPacks packs per lane (kSubPacks / 2 below
@@ -1300,7 +1306,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             if constexpr (ND_ROWS_WARP_FIT && ND_ROWS_EXACT && W >= 2 && SP >= 2) {
                 constexpr int WF = W / 2;
                 if (P % WF == 0 && P / WF > SP && P / WF < 2 * SP && exact((int)P * VEC) &&
-                    Pol::warp_fit((int)sizeof(T), WF, (int)(P / WF)))
+                    (ND_ROWS_WARP_FIT == 2 || Pol::warp_fit((int)sizeof(T), WF, (int)(P / WF), fast)))
                     return nd_rows_pick<SP + 1, 2 * SP - 1>((int)(P / WF), [&](auto pk) {
                         constexpr int PACKS = decltype(pk)::value;
                         constexpr int R = nd_rows_warp_r<Pol>(WF, PACKS);
@@ -1333,7 +1339,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                 return nd_rows_warp_exact_run<Op, T, VEC, PACKS, 16, R>(a, prm, di, s, name, err);
             };
             if ((P == 80 || P == 112) && exact((int)P * VEC) &&
-                Pol::warp_fit((int)sizeof(T), 16, (int)(P / 16)))
+                (ND_ROWS_WARP_FIT == 2 || Pol::warp_fit((int)sizeof(T), 16, (int)(P / 16), fast)))
                 return P == 80 ? fit16(std::integral_constant<int, 5>())
                                : fit16(std::integral_constant<int, 7>());
         }
@@ -1387,7 +1393,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
     static_assert(Pol::kBlockMax < BIG && BIG <= 1024, "a big block is larger than kBlockMax");
     if constexpr (nd_big_block_any<Pol>((int)sizeof(T), PM)) {
         const int packs = (int)((P + BIG - 1) / BIG);
-        if (P <= (int64_t)BIG * PM && Pol::big_block((int)sizeof(T), packs))
+        if (ND_ROWS_BIG_BLOCK_TAKE && P <= (int64_t)BIG * PM && Pol::big_block((int)sizeof(T), packs, fast))
             return block(std::integral_constant<int, BIG>(), packs);
     }
     bool split = false;

@@ -109,15 +109,26 @@ template <bool LOG> struct nd_softmax_policy {
      * float32 48 / 96 +6 / +12. One lane of 3 packs (16-bit 24 columns: log_softmax 89 -> 85,
      * softmax +0.5 to +1.7), 8 lanes of 7 (448: softmax -0.9 to -1.1, log_softmax +0.3 to
      * +0.5) and 16 of 5-7 (640, 896: -0.3 to -0.9) were not taken (H100, three alternating
-     * rounds; bench/results/model_widths_h100.txt). */
-    static constexpr bool warp_fit(int, int w, int packs) { return w >= 2 && w <= 8 && packs <= 6; }
+     * rounds; bench/results/model_widths_h100.txt). On a fast device also 16-bit rows in 16
+     * lanes of 5 and 7 packs: on an H200 (three alternating rounds, bench/results/
+     * rows_fit_big_h200.txt) 640 columns 81.6-84.3 -> 97.2-97.5 (softmax and log_softmax), 896
+     * 87.9-88.7 -> 96.2-97.1. */
+    static constexpr bool warp_fit(int elem_bytes, int w, int packs, bool fast)
+    {
+        return (w >= 2 && w <= 8 && packs <= 6) || (fast && elem_bytes == 2);
+    }
     /* float32 rows of 6145-8192 packs take one block of 1024 threads a row, not the split kernel's
      * chunks (H100, three alternating rounds against the split kernel, % of the copy ceiling,
      * float32 49152 rows of 20480 / 24576 / 28672 / 32768 columns, 5-8 packs a thread;
      * bench/results/rows_big_block.txt): softmax 97.3 / 98.0 -> 100.3 / 99.6 at 28672 / 32768
      * columns, log_softmax 97.3 / 97.9 -> 100.3 / 99.8; at 5-6 packs a thread (20480, 24576) the
-     * block lost 0.8-5.2. */
-    static constexpr bool big_block(int elem_bytes, int packs) { return elem_bytes == 4 && packs >= 7; }
+     * block lost 0.8-5.2. Not on a fast device: on an H200 (three alternating rounds,
+     * bench/results/rows_fit_big_h200.txt) the split kernel took 32768 columns from 84.2 / 84.3
+     * to 93.8 / 93.0 (softmax / log_softmax). */
+    static constexpr bool big_block(int elem_bytes, int packs, bool fast)
+    {
+        return elem_bytes == 4 && packs >= 7 && !fast;
+    }
     /* Threads of a split kernel's chunk block (rows_split.cuh): 256, 8 packs each (32 KB of
      * float32, 64 KB of 16-bit). H100, three alternating rounds, 512 -> 256, % of the copy
      * ceiling: float32 softmax / log_softmax 128x1048576 83.2 / 83.7 -> 85.0 / 85.4, 512x262144
