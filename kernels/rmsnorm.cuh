@@ -26,6 +26,14 @@
  * columns through the tile kernel, and float32, lost up to 14 points or was within 1 on the H200
  * (bench/results/rows_tile_h200.txt). */
 struct nd_rmsnorm_policy : nd_norm_policy {
+    /* Rows of more than 32 chunks (float32 1048576 columns) on a fast device: chunks of 512
+     * threads, not 256 (16-bit chunks are 512 already). H200, three alternating rounds
+     * (bench/results/split_threads_h200.txt): float32 128x1048576 80.5 -> 83.1% of the copy
+     * ceiling. */
+    static constexpr int split_threads_long(int elem_bytes, bool fast)
+    {
+        return fast ? 512 : split_threads(elem_bytes);
+    }
     /* nd_norm_policy's, but 8 packs a lane in flight (R = 4 rows a group) for groups of 8 lanes
      * of 1-2 packs (float32 64, 16-bit 128 columns), as softmax's policy has. H100, three
      * alternating rounds, % of the copy ceiling (bench/results/rows_rif8.txt): float32 64

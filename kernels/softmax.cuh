@@ -138,11 +138,17 @@ template <bool LOG> struct nd_softmax_policy {
      * 128x1048576 75.8-78.3 -> 76.9-79.0 (bench/results/rows_split_h200.txt, call 4). H100, the
      * same build, three rounds: 2048x65536 +0.7 to +1.1, 512x262144 +1.2 to +2.1, 128x1048576
      * -1.5 to -2.5 (91.6-92.8 -> 89.3-91.2): so rows of more than 32 such chunks (16-bit
-     * 1048576 columns) keep 512 threads except on a fast device (split_threads_long). */
+     * 1048576 columns) keep 512 threads except on a fast device (split_threads_long). There
+     * float32 rows of more than 32 chunks take 512 threads: H200, three alternating rounds
+     * (bench/results/split_threads_h200.txt), softmax / log_softmax float32 128x1048576 76.3 /
+     * 76.3 -> 79.0 / 79.3; 16-bit 1048576 moved -0.5 to +0.4 at 512, and the shorter rows (32
+     * chunks or fewer, not long) lost 1-6 at 512. */
     static constexpr int split_threads(int) { return ND_SM_SPLIT_THREADS; }
     static constexpr int split_threads_long(int elem_bytes, bool fast)
     {
-        return elem_bytes == 2 && !fast ? 512 : ND_SM_SPLIT_THREADS;
+        if (elem_bytes == 2)
+            return fast ? ND_SM_SPLIT_THREADS : 512;
+        return fast ? 512 : ND_SM_SPLIT_THREADS;
     }
     /* the split kernel's L2 prefetch, eighths of a device-full of blocks ahead (rows_split.cuh):
      * a device-full on a fast one (H200, 16-bit 128x1048576 2-3 points higher than at half a
