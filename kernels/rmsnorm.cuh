@@ -72,13 +72,16 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * columns: 91 / 82 -> 101 / 94% of the copy ceiling) and 8 lanes of 5 (320: 94.0 -> 95.7);
      * 4 and 8 lanes of 6-7 packs (192, 384, 448), 16 of 5 (640), one lane of 3 (24) and float32
      * lanes of 3 and 6 (48, 192) lost 0.8-4.1 (H100, three alternating rounds;
-     * bench/results/model_widths_h100.txt). On a fast device every 16-bit fitted geometry: on an
-     * H200 (three alternating rounds, bench/results/rows_fit_big_h200.txt) 8 lanes of 6 (384
-     * columns) 88.6-88.8 -> 93.2-93.3, 16 of 5 (640) 88.3-88.5 -> 96.5-96.6, 16 of 7 (896)
-     * 90.5-90.9 -> 96.4-96.5, 4 of 6 (192) within 0.4; float32 8 lanes of 6 (192) lost 2.2. */
+     * bench/results/model_widths_h100.txt). On a fast device also the 16-bit ones measured
+     * there: on an H200 (three alternating rounds, bench/results/rows_fit_big_h200.txt) 8 lanes
+     * of 6 (384 columns) 88.6-88.8 -> 93.2-93.3, 16 of 5 (640) 88.3-88.5 -> 96.5-96.6, 16 of 7
+     * (896) 90.5-90.9 -> 96.4-96.5, 4 of 6 (192) within 0.4; float32 8 lanes of 6 (192) lost 2.2.
+     * The others (one lane of 3, 8 of 7) were not measured on an H200 and keep the H100's. */
     static constexpr bool warp_fit(int elem_bytes, int w, int packs, bool fast)
     {
-        return elem_bytes == 2 && (fast || (w >= 2 && packs == 3) || (w == 8 && packs == 5));
+        const bool h200 = fast && (((w == 4 || w == 8) && packs == 6) ||
+                                   (w == 16 && (packs == 5 || packs == 7)));
+        return elem_bytes == 2 && (h200 || (w >= 2 && packs == 3) || (w == 8 && packs == 5));
     }
 };
 

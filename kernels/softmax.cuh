@@ -112,10 +112,12 @@ template <bool LOG> struct nd_softmax_policy {
      * rounds; bench/results/model_widths_h100.txt). On a fast device also 16-bit rows in 16
      * lanes of 5 and 7 packs: on an H200 (three alternating rounds, bench/results/
      * rows_fit_big_h200.txt) 640 columns 81.6-84.3 -> 97.2-97.5 (softmax and log_softmax), 896
-     * 87.9-88.7 -> 96.2-97.1. */
+     * 87.9-88.7 -> 96.2-97.1. (One lane of 3 and 8 of 7 were not measured on an H200 and keep
+     * the H100's choice.) */
     static constexpr bool warp_fit(int elem_bytes, int w, int packs, bool fast)
     {
-        return (w >= 2 && w <= 8 && packs <= 6) || (fast && elem_bytes == 2);
+        return (w >= 2 && w <= 8 && packs <= 6) ||
+               (fast && elem_bytes == 2 && w == 16 && (packs == 5 || packs == 7));
     }
     /* float32 rows of 6145-8192 packs take one block of 1024 threads a row, not the split kernel's
      * chunks (H100, three alternating rounds against the split kernel, % of the copy ceiling,
