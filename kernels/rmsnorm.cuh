@@ -79,9 +79,9 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * The others (one lane of 3, 8 of 7) were not measured on an H200 and keep the H100's. */
     static constexpr bool warp_fit(int elem_bytes, int w, int packs, bool fast)
     {
-        const bool h200 = fast && (((w == 4 || w == 8) && packs == 6) ||
-                                   (w == 16 && (packs == 5 || packs == 7)));
-        return elem_bytes == 2 && (h200 || (w >= 2 && packs == 3) || (w == 8 && packs == 5));
+        const bool fast_fit = fast && (((w == 4 || w == 8) && packs == 6) ||
+                                       (w == 16 && (packs == 5 || packs == 7)));
+        return elem_bytes == 2 && (fast_fit || (w >= 2 && packs == 3) || (w == 8 && packs == 5));
     }
 };
 

@@ -1141,6 +1141,12 @@ template <class T> static inline bool nd_rows_on_grid(const nd_rows_args<T> &a)
 #ifndef ND_ROWS_WARP_FIT
 #define ND_ROWS_WARP_FIT 1
 #endif
+/* Whether rows of exactly w lanes x packs packs take that fitted geometry: the policy's
+ * warp_fit(element bytes, w, packs, fast), or every one under ND_ROWS_WARP_FIT 2. */
+template <class Pol> constexpr bool nd_rows_warp_fit(int elem_bytes, int w, int packs, bool fast)
+{
+    return ND_ROWS_WARP_FIT == 2 || Pol::warp_fit(elem_bytes, w, packs, fast);
+}
 
 /* Rows a group of the warp kernel takes at once, for groups of w lanes x packs packs: the
  * policy's rows_in_flight(w, packs) packs a lane in flight, at least one row. */
@@ -1196,11 +1202,17 @@ static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::P
 #ifndef ND_ROWS_BIG_BLOCK
 #define ND_ROWS_BIG_BLOCK 1024
 #endif
-/* Whether the policy takes the big block for any row of T (so its kernels are compiled). */
+/* Whether rows of `packs` packs a thread take the big block: the policy's big_block(element
+ * bytes, packs, fast), never under ND_ROWS_BIG_BLOCK_TAKE 0; nd_big_block_any: for some row of
+ * T on some device (so its kernels are compiled). */
+template <class Pol> constexpr bool nd_rows_big_block(int elem_bytes, int packs, bool fast)
+{
+    return ND_ROWS_BIG_BLOCK_TAKE && Pol::big_block(elem_bytes, packs, fast);
+}
 template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
 {
     for (int p = pm / 2 + 1; p <= pm; p++)
-        if (Pol::big_block(elem_bytes, p, false) || Pol::big_block(elem_bytes, p, true))
+        if (nd_rows_big_block<Pol>(elem_bytes, p, false) || nd_rows_big_block<Pol>(elem_bytes, p, true))
             return true;
     return false;
 }
@@ -1306,7 +1318,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             if constexpr (ND_ROWS_WARP_FIT && ND_ROWS_EXACT && W >= 2 && SP >= 2) {
                 constexpr int WF = W / 2;
                 if (P % WF == 0 && P / WF > SP && P / WF < 2 * SP && exact((int)P * VEC) &&
-                    (ND_ROWS_WARP_FIT == 2 || Pol::warp_fit((int)sizeof(T), WF, (int)(P / WF), fast)))
+                    nd_rows_warp_fit<Pol>((int)sizeof(T), WF, (int)(P / WF), fast))
                     return nd_rows_pick<SP + 1, 2 * SP - 1>((int)(P / WF), [&](auto pk) {
                         constexpr int PACKS = decltype(pk)::value;
                         constexpr int R = nd_rows_warp_r<Pol>(WF, PACKS);
@@ -1339,7 +1351,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                 return nd_rows_warp_exact_run<Op, T, VEC, PACKS, 16, R>(a, prm, di, s, name, err);
             };
             if ((P == 80 || P == 112) && exact((int)P * VEC) &&
-                (ND_ROWS_WARP_FIT == 2 || Pol::warp_fit((int)sizeof(T), 16, (int)(P / 16), fast)))
+                nd_rows_warp_fit<Pol>((int)sizeof(T), 16, (int)(P / 16), fast))
                 return P == 80 ? fit16(std::integral_constant<int, 5>())
                                : fit16(std::integral_constant<int, 7>());
         }
@@ -1393,7 +1405,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
     static_assert(Pol::kBlockMax < BIG && BIG <= 1024, "a big block is larger than kBlockMax");
     if constexpr (nd_big_block_any<Pol>((int)sizeof(T), PM)) {
         const int packs = (int)((P + BIG - 1) / BIG);
-        if (ND_ROWS_BIG_BLOCK_TAKE && P <= (int64_t)BIG * PM && Pol::big_block((int)sizeof(T), packs, fast))
+        if (P <= (int64_t)BIG * PM && nd_rows_big_block<Pol>((int)sizeof(T), packs, fast))
             return block(std::integral_constant<int, BIG>(), packs);
     }
     bool split = false;

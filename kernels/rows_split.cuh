@@ -81,10 +81,11 @@
  * 13-17 points at every long shape (H200, float16 2048x65536 85.6 -> 70.7; ncu 154 -> 187 us),
  * and sharing the parameters lost 1-3 more (128x1048576 float16 77.9 -> 59.2).
  * bench/results/split_pairs_h200.txt. On an H200 the parameters' traffic is not the bound at
- * all: with every chunk block on an SM reading the same chunk's parameters (ND_ROWS_SPLIT_PROBE 1,
- * L1 hit rate 2 -> 47%, L2 traffic -28%) LayerNorm float16 128x1048576 took as long (ncu 162.6
- * -> 164.2 us), and beta read from gamma's lines moved the long shapes -10 to +2.6 points
- * (bench/results/split_param_probes_h200.txt).
+ * all: with every chunk block on an SM reading the same chunk's parameters (a probe with wrong
+ * results: the parameter pointers offset to chunk %smid % C; L1 hit rate 2 -> 47%, L2 traffic
+ * -28%) LayerNorm float16 128x1048576 took as long (ncu 162.6 -> 164.2 us), and beta read from
+ * gamma's lines moved the long shapes -10 to +2.6 points (bench/results/
+ * split_param_probes_h200.txt).
  */
 #ifndef ND_ROWS_SPLIT_CUH
 #define ND_ROWS_SPLIT_CUH
@@ -96,13 +97,6 @@
 #define ND_ROWS_PARAM_PIPE_SPLIT ND_ROWS_PARAM_PIPE_BLOCK
 #endif
 
-/* Probes for A/B runs only, whose results are wrong: 1 every chunk block on SM s reads the
- * parameters of chunk s % C (so the blocks an SM holds at once share their parameters' lines in
- * L1: what SM-affine chunks could gain); 2 beta read from gamma's lines (half the parameters'
- * L2 traffic). 0: none. */
-#ifndef ND_ROWS_SPLIT_PROBE
-#define ND_ROWS_SPLIT_PROBE 0
-#endif
 /* 0: never (rows beyond a block go to the cluster and stream kernels as before); 1: the split
  * path where nd_rows_split_try's measured choice takes it; 2: wherever it can hold the row
  * (for tests and benchmarks). */
@@ -394,17 +388,6 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
     ctx.row = (int)(ticket / (unsigned)ws.chunks);
     ctx.g = (int)(ticket % (unsigned)ws.chunks) * (THREADS * PACKS) + (int)threadIdx.x;
     ctx.G = THREADS; /* pack i of this thread: g + i * THREADS */
-    if constexpr (ND_ROWS_SPLIT_PROBE == 1) {
-        /* every block on SM s reads the parameters of chunk s % C (wrong results) */
-        unsigned sm;
-        asm("mov.u32 %0, %%smid;" : "=r"(sm));
-        const int64_t delta = ((int64_t)(sm % (unsigned)ws.chunks) -
-                               (int64_t)(ticket % (unsigned)ws.chunks)) * (THREADS * PACKS * VEC);
-        a.p0 = a.p0 ? a.p0 + delta : a.p0;
-        a.p1 = a.p1 ? a.p1 + delta : a.p1;
-    } else if constexpr (ND_ROWS_SPLIT_PROBE == 2) {
-        a.p1 = a.p1 ? a.p0 : a.p1; /* beta read from gamma's lines (wrong results) */
-    }
     ctx.cols = (int)a.cols;
     ctx.n = (float)a.cols;
     ctx.ws = ws;
