@@ -156,16 +156,26 @@ struct nd_layernorm_policy : nd_norm_policy {
      *   H100: 64 89.7 / 88.7 -> 96.3 / 95.8; 256-1024 lost 0.5-2.5 (768: 99.0 / 99.1 -> 96.8 /
      *   96.6).
      * On the H200 128 columns (8 x 2) measured within 1.7, 32, 1536 and 2048 lost 2.5-10, and
-     * float32 rows lost up to 14 or were within 0.5 (bench/results/rows_tile_h200.txt). */
+     * float32 rows lost up to 14 or were within 0.5 (bench/results/rows_tile_h200.txt).
+     * On a fast device those four only for rows that fill every lane (full: W * packs * 8
+     * columns): rows with lanes short of packs ran there at about half the copy's speed and take
+     * the warp kernel's grid twin (ND_ROWS_GRID_TWIN) instead. H200, three alternating rounds,
+     * float16 / bfloat16, % of the copy ceiling: 576 columns (32 lanes of 3) 49.7 / 48.2 -> 77.1
+     * / 76.3, 704 59.2 / 57.6 -> 87.4 / 86.3, 960 (32 of 4) 57.1 / 55.6 -> 90.4 / 89.8, 1016
+     * 60.6 / 59.0 -> 92.3 / 91.0, 392 (16 of 4) 46.5 / 45.2 -> 67.1 / 65.8; rows that fill the
+     * lanes unchanged (bench/results/rows_grid_h200.txt). */
     /* On a fast device, rows of exactly 64 or 768 columns (on the grid) take the warp kernel's
      * exact twin instead (ND_ROWS_EXACT). H200, two alternating rounds, float16 / bfloat16: 64
      * columns 82.6 / 82.5 -> 91.9 / 90.5, 768 93.8 / 92.6 -> 95.5 / 95.5; at 256, 512 and 1024
      * the twin lost 2-7 points to the tile kernel (bench/results/rows_exact_h200.txt). */
-    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast, bool exact)
+    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast, bool exact,
+                                    bool full)
     {
         const bool g = (w == 8 && packs == 4) || (w == 16 && packs == 4) ||
                        (w == 32 && ((packs == 3 && !exact) || packs == 4));
-        return elem_bytes == 2 && ((w == 4 && packs == 2 && !(fast && exact)) || (fast && g)) ? 2 : 0;
+        return elem_bytes == 2 && ((w == 4 && packs == 2 && !(fast && exact)) || (fast && g && full))
+                   ? 2
+                   : 0;
     }
     /* float32 rows of 4097-8192 packs take one block of 1024 threads a row, not the split kernel's
      * chunks (H100, three alternating rounds against the split kernel, % of the copy ceiling,
@@ -238,7 +248,12 @@ struct nd_layernorm_op {
      * Tried (H100, five alternating rounds, bench/results/ln_warp_blocks_h100.txt): the exact
      * twin of 16-bit lanes of 2 packs (128 columns), whose bfloat16 kernel takes 71 registers and
      * so 7 blocks where float16's takes 64 (8 blocks), capped at 8 blocks (63 registers, no
-     * spill): bfloat16 94.6 -> 94.5% of the copy ceiling, float16 95.8 -> 94.8. Not kept. */
+     * spill): bfloat16 94.6 -> 94.5% of the copy ceiling, float16 95.8 -> 94.8. Not kept.
+     * Tried: 16-bit warp-kernel lanes of up to 16 elements holding x as floats (wide_regs, as
+     * softmax's), widened once instead of again for the output (ncu, H200, float16 128 columns:
+     * 21.5 instructions an element, 4 of them conversions of x, gamma and beta). H200, three
+     * alternating rounds: 128 columns 85.7 / 83.5 -> 85.6 / 83.2% of the copy ceiling, 32 and
+     * 64 within 2.5 either way (bench/results/rows_grid_h200.txt). Not kept. */
     /* Warp-kernel lanes of at most ND_LN_PARAM_HOLD16 (2) packs of a 16-bit row load all their
      * parameters with x (nd_param_hold); float32 rows of 64 columns (8 lanes of 2 packs) lost 1.2
      * points of the copy ceiling holding theirs (H100, bench/results/rows_split_h100.txt). 16-bit

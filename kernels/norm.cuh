@@ -52,7 +52,7 @@ struct nd_norm_policy {
     static constexpr int kStreamThreads = 512;
     /* the warp kernel everywhere; LayerNorm and RMSNorm name their tile kernel geometries in
      * their own policies (rows_tile.cuh) */
-    static constexpr int tile_tiles(int, int, int, bool, bool) { return 0; }
+    static constexpr int tile_tiles(int, int, int, bool, bool, bool) { return 0; }
     /* rows of exactly a kernel's geometry take its exact twin (ND_ROWS_EXACT) */
     static constexpr bool exact(int, int, bool) { return true; }
     /* every fitted warp geometry (ND_ROWS_WARP_FIT): LayerNorm's 16-bit rows gained 5-29

@@ -48,7 +48,7 @@ struct nd_rmsnorm_policy : nd_norm_policy {
     {
         return elem_bytes == 2 ? ND_RMS_SUB_FULL16 : 8 * kSubPacks;
     }
-    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast, bool)
+    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast, bool, bool)
     {
         return elem_bytes == 2 && w == 4 && (packs == 4 || (fast && packs == 2)) ? 2 : 0;
     }

@@ -115,6 +115,28 @@ __device__ __forceinline__ void nd_row_load_words(const T *row, I c0, I cols, fl
     o[3] = u.w.w;
 }
 
+/* The same for a row of whole packs on the 16-byte grid (the grid twins, ND_ROWS_GRID_TWIN):
+ * the pack at c0 (c0 >= 0, a multiple of VEC) lies in the row or wholly past its end, so one test
+ * a pack, where nd_row_load_words tests each element of a pack that is not wholly in the row. */
+template <class T, int VEC>
+__device__ __forceinline__ void nd_row_load_words_grid(const T *row, int c0, int cols, float pad,
+                                                       uint32_t *o)
+{
+    union { uint4 w; nd_pack<T, VEC> pk; } u;
+    if (c0 < cols) {
+        u.w = __ldcs(reinterpret_cast<const uint4 *>(row + c0));
+    } else {
+        const T tp = nd_from_float<T>(pad);
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            u.pk.v[j] = tp;
+    }
+    o[0] = u.w.x;
+    o[1] = u.w.y;
+    o[2] = u.w.z;
+    o[3] = u.w.w;
+}
+
 /* Prefetch of the next row into shared memory (cp.async, sm_80+), so its loads are in flight
  * while the current row is reduced and written. Each thread copies and later reads only its own
  * 16-byte slots: cp.async.wait_all is the only synchronisation needed. */
@@ -475,6 +497,27 @@ template <class T> __host__ __device__ constexpr bool nd_block_pipe_ok(int packs
 #ifndef ND_ROWS_EXACT
 #define ND_ROWS_EXACT 1
 #endif
+/* 1: rows on the 16-byte grid (nd_rows_on_grid: x, y and the parameters on the grid, whole packs
+ * a row) that no exact twin takes run the grid twin of the warp kernel (groups of 8 lanes or
+ * more) or the plain block kernel (XC = ND_XC_GRID): the row length stays a run-time value, but
+ * every pack a thread holds lies in the row or wholly past its end, so loads, parameters and
+ * stores test a pack, not each of its elements, and no grid offsets are computed. Model widths
+ * such as 1600 columns take it. ncu, H200, 49152x1600 (bench/results/rows_grid_h200.txt):
+ * LayerNorm float32 (blocks of 128 x 4 packs) 48.9 -> 36.0 instructions an element, float16 (32
+ * lanes x 7) 26.3 -> 21.2, softmax float16 22.5 -> 18.1, RMSNorm bfloat16 17.0 -> 13.5; the
+ * generic kernels ran the last pack's element-wise path in every warp (the exact twins of 1536
+ * columns: 23.6 and 16.6). H200, three alternating rounds, % of the copy ceiling, generic ->
+ * grid twin: LayerNorm float16 / bfloat16 1600 81.7 / 83.8 -> 92.3 / 92.1, 3200 76.1 / 78.1 ->
+ * 85.2 / 87.1, 6400 79.5 / 80.0 -> 98.2 / 97.4, float32 1600 91.6 -> 95.3; RMSNorm 16-bit 576
+ * 84 -> 94, 2304 88 -> 99; softmax 16-bit 960 92 -> 98.5, log_softmax 16-bit 576 76 -> 86-88;
+ * float32 rows of 1600-6400 in blocks within -1.0 to +0.5. Groups of 8 and 16 lanes, against
+ * the generic kernel: 16-bit 200 / 392 / 504 columns LayerNorm 57 / 67 / 75 -> 74 / 79.5 / 89,
+ * RMSNorm 81 / 85 / 92 -> 91 / 95 / 96, softmax 81.5 / 81 / 93 -> 92 / 95.5 / 97. 0: the
+ * generic kernels (A/B runs). */
+#ifndef ND_ROWS_GRID_TWIN
+#define ND_ROWS_GRID_TWIN 1
+#endif
+enum { ND_XC_GRID = -1 }; /* a kernel's XC for its grid twin */
 /* 1: the exact block kernel of an op with two parameters (LayerNorm) loads them and stores y
  * without bounds checks too; others check them as the generic kernels do. The same run: LayerNorm
  * 16-bit 16384 columns 90.7 / 91.8 (x only) -> 97.0 / 97.8, 32768 91.7 / 92.8 -> 98.1 / 93.3,
@@ -584,7 +627,8 @@ template <class Op> __host__ __device__ constexpr bool nd_wide_regs(int elem_byt
 }
 
 /* XC > 0: rows of exactly XC = W * PACKS * VEC columns on the 16-byte grid (ND_ROWS_EXACT):
- * every lane full, h[] 0, cols == XC. */
+ * every lane full, h[] 0, cols == XC. XC = ND_XC_GRID: rows of whole packs on the grid
+ * (ND_ROWS_GRID_TWIN), h[] 0, an element valid where its pack starts in the row. */
 template <int W, int R, int PACKS, int VEC, int XC = 0> struct nd_warp_ctx {
     int h[R];
     int gl;
@@ -593,6 +637,8 @@ template <int W, int R, int PACKS, int VEC, int XC = 0> struct nd_warp_ctx {
     /* column of element e (pack e / VEC) of this lane's share of row r */
     __device__ __forceinline__ bool valid(int r, int e) const
     {
+        if constexpr (XC == ND_XC_GRID)
+            return ((e / VEC) * W + gl) * VEC < cols;
         int c = ((e / VEC) * W + gl) * VEC + (e % VEC) - h[r];
         return XC > 0 || (c >= 0 && c < cols);
     }
@@ -605,7 +651,7 @@ template <int W, int R, int PACKS, int VEC, int XC = 0> struct nd_warp_ctx {
     /* true when row r is whole packs on the 16-byte grid: each pack in it or wholly past it */
     __device__ __forceinline__ bool whole_packs(int r) const
     {
-        return XC > 0 || (h[r] == 0 && cols % VEC == 0);
+        return XC != 0 || (h[r] == 0 && cols % VEC == 0);
     }
     template <int K, class O> __device__ __forceinline__ void allreduce(float (&v)[K], O op) const
     {
@@ -633,8 +679,10 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
     const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
 
-    /* XC > 0 (ND_ROWS_EXACT): rows of XC columns, every pack whole and on the grid */
-    constexpr bool WH = XC > 0;
+    /* XC > 0 (ND_ROWS_EXACT): rows of XC columns, every pack whole and on the grid;
+     * XC = ND_XC_GRID (ND_ROWS_GRID_TWIN): rows of whole packs on the grid, each pack a lane
+     * holds in the row or wholly past its end */
+    constexpr bool WH = XC > 0, GR = XC == ND_XC_GRID;
     const int64_t acols = WH ? (int64_t)XC : a.cols;
     nd_warp_ctx<W, R, PACKS, VEC, XC> ctx;
     ctx.gl = gl;
@@ -675,12 +723,15 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
             row[r] = base + r * GPW + grp;
             /* a row past the end reads row 0 whole (WH) or as pads */
             const T *xrow = a.x + (row[r] < a.rows ? row[r] : 0) * acols;
-            ctx.h[r] = WH ? 0 : nd_grid_offset<T, VEC>(xrow);
+            ctx.h[r] = WH || GR ? 0 : nd_grid_offset<T, VEC>(xrow);
 #pragma unroll
             for (int i = 0; i < PACKS; i++) {
                 uint32_t wds[4];
                 if (PF)
                     nd_slot_words(&pf[r * PACKS + i][threadIdx.x], wds);
+                else if (GR)
+                    nd_row_load_words_grid<T, VEC>(xrow, (i * W + gl) * VEC,
+                                                   row[r] < a.rows ? ctx.cols : 0, Op::kPad, wds);
                 else
                     nd_row_load_words<T, VEC, int, WH>(xrow, (i * W + gl) * VEC - ctx.h[r],
                                                        row[r] < a.rows ? ctx.cols : 0, Op::kPad,
@@ -714,8 +765,8 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
         if constexpr (PIPE) {
             if (pipe) {
                 T *yrow = a.y + row[0] * acols;
-                pp.template emit<PACKS>(a, prm, st[0], yrow, gl * VEC - ctx.h[0], W * VEC,
-                                        nd_grid_offset<T, VEC>(yrow) == ctx.h[0], v[0]);
+                pp.template emit<PACKS, GR>(a, prm, st[0], yrow, gl * VEC - ctx.h[0], W * VEC,
+                                            nd_grid_offset<T, VEC>(yrow) == ctx.h[0], v[0]);
                 continue;
             }
         }
@@ -726,12 +777,14 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
 #pragma unroll
             for (int i = 0; i < PACKS; i++) {
                 const int c0 = (i * W + gl) * VEC - h;
+                if (GR && c0 >= ctx.cols) /* this pack and the lane's next ones: past the rows */
+                    break;
                 float g[VEC], b[VEC];
                 constexpr bool K = nd_param_l2_last<Op>((int)sizeof(T));
                 if (Op::kParams >= 1)
-                    nd_param_load<T, VEC, int, false, K>(a.p0, c0, ctx.cols, p0v, 1.0f, g);
+                    nd_param_load<T, VEC, int, GR, K>(a.p0, c0, ctx.cols, p0v, 1.0f, g);
                 if (Op::kParams >= 2)
-                    nd_param_load<T, VEC, int, false, K>(a.p1, c0, ctx.cols, p1v, 0.0f, b);
+                    nd_param_load<T, VEC, int, GR, K>(a.p1, c0, ctx.cols, p1v, 0.0f, b);
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     if (row[r] >= a.rows)
@@ -741,8 +794,8 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
 #pragma unroll
                     for (int j = 0; j < VEC; j++)
                         o[j] = Op::out(st[r], prm, v[r].get(i * VEC + j), g[j], b[j]);
-                    nd_row_store<T, VEC, int>(yrow, c0, ctx.cols,
-                                              nd_grid_offset<T, VEC>(yrow) == h, o);
+                    nd_row_store<T, VEC, int, GR>(yrow, c0, ctx.cols,
+                                                  nd_grid_offset<T, VEC>(yrow) == h, o);
                 }
                 asm volatile("" ::: "memory");
             }
@@ -757,8 +810,10 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
 #pragma unroll
             for (int i = 0; i < PACKS; i++) {
                 int c0 = (i * W + gl) * VEC - ctx.h[r];
-                nd_row_emit<Op, T, VEC, false, int>(a, prm, st[r], yrow, c0, ctx.cols, ro,
-                                                    [&](int j) { return v[r].get(i * VEC + j); });
+                if (GR && c0 >= ctx.cols) /* this pack and the lane's next ones: past the row */
+                    break;
+                nd_row_emit<Op, T, VEC, false, int, GR>(a, prm, st[r], yrow, c0, ctx.cols, ro,
+                                                        [&](int j) { return v[r].get(i * VEC + j); });
             }
         }
     }
@@ -800,8 +855,10 @@ template <int K> struct nd_rows_smem {
  * holding packs g, g + G, ...: which of its elements are in the row, and the row's first element
  * (loaded by every thread). The block and split contexts add their all-reduce. */
 /* WHOLE: every pack of the row is whole and on the 16-byte grid (the exact twins,
- * ND_ROWS_EXACT and ND_ROWS_SPLIT_EXACT): every element valid, every thread full. */
-template <int VEC, int PACKS, bool WHOLE = false> struct nd_group_row {
+ * ND_ROWS_EXACT and ND_ROWS_SPLIT_EXACT): every element valid, every thread full. GRID: the row
+ * is whole packs on the grid (the grid twin, ND_ROWS_GRID_TWIN; h 0): an element is valid where
+ * its pack starts in the row. */
+template <int VEC, int PACKS, bool WHOLE = false, bool GRID = false> struct nd_group_row {
     int h;
     float x0; /* the row's first element, loaded by every thread (see first()) */
     int g, G; /* this thread's index in the row's group, and the group size */
@@ -809,6 +866,8 @@ template <int VEC, int PACKS, bool WHOLE = false> struct nd_group_row {
     float n;
     __device__ __forceinline__ bool valid(int, int e) const
     {
+        if constexpr (GRID)
+            return ((e / VEC) * G + g) * VEC < cols;
         int c = ((e / VEC) * G + g) * VEC + (e % VEC) - h;
         return WHOLE || (c >= 0 && c < cols);
     }
@@ -819,15 +878,16 @@ template <int VEC, int PACKS, bool WHOLE = false> struct nd_group_row {
     /* true when the row is whole packs on the 16-byte grid: each pack in it or wholly past it */
     __device__ __forceinline__ bool whole_packs(int) const
     {
-        return WHOLE || (h == 0 && cols % VEC == 0);
+        return WHOLE || GRID || (h == 0 && cols % VEC == 0);
     }
     __device__ __forceinline__ float first(int, float) const { return x0; }
 };
 
-/* XC > 0: rows of exactly XC = G * PACKS * VEC columns on the 16-byte grid (ND_ROWS_EXACT).
- * THREADS: the block's threads (an op's statistics may choose by it, nd_ctx_threads). */
+/* XC > 0: rows of exactly XC = G * PACKS * VEC columns on the 16-byte grid (ND_ROWS_EXACT);
+ * ND_XC_GRID: rows of whole packs on the grid (ND_ROWS_GRID_TWIN). THREADS: the block's threads
+ * (an op's statistics may choose by it, nd_ctx_threads). */
 template <bool CLUSTER, int VEC, int PACKS, int XC = 0, int THREADS = 0>
-struct nd_block_ctx : nd_group_row<VEC, PACKS, (XC > 0)> {
+struct nd_block_ctx : nd_group_row<VEC, PACKS, (XC > 0), (XC == ND_XC_GRID)> {
     static constexpr int kKind = CLUSTER ? ND_CTX_CROSS_BLOCK : ND_CTX_BLOCK;
     static constexpr int kThreads = THREADS;
     int *round;
@@ -855,10 +915,14 @@ __global__ void __launch_bounds__(THREADS,
 nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
 {
     constexpr int N = PACKS * VEC;
-    /* XC > 0 (ND_ROWS_EXACT, plain blocks): rows of XC columns, every pack whole and on the grid */
-    static_assert(XC == 0 || (!CLUSTER && XC == THREADS * PACKS * VEC), "exact rows: one block's");
-    constexpr bool WH = XC > 0;
-    constexpr bool WO = WH && ND_ROWS_EXACT_OUT && Op::kParams >= 2; /* y, parameters unchecked */
+    /* XC > 0 (ND_ROWS_EXACT, plain blocks): rows of XC columns, every pack whole and on the grid;
+     * XC = ND_XC_GRID (ND_ROWS_GRID_TWIN, plain blocks): rows of whole packs on the grid */
+    static_assert(XC <= 0 || (!CLUSTER && XC == THREADS * PACKS * VEC), "exact rows: one block's");
+    static_assert(XC >= 0 || (!CLUSTER && XC == ND_XC_GRID), "grid rows: plain blocks");
+    constexpr bool WH = XC > 0, GR = XC == ND_XC_GRID;
+    /* y and the parameters unchecked: the exact twin's (ND_ROWS_EXACT_OUT), and the grid twin's
+     * packs that lie in the row */
+    constexpr bool WO = (WH && ND_ROWS_EXACT_OUT && Op::kParams >= 2) || GR;
     const int64_t acols = WH ? (int64_t)XC : a.cols;
     __shared__ nd_rows_reduce_smem smem;
     int round = 0;
@@ -891,7 +955,7 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
         prefetch(row);
     for (; row < a.rows; row += step) {
         const T *xrow = a.x + row * acols;
-        ctx.h = WH ? 0 : nd_grid_offset<T, VEC>(xrow);
+        ctx.h = WH || GR ? 0 : nd_grid_offset<T, VEC>(xrow);
         constexpr bool X0_LATE = ND_ROWS_X0_LATE && sizeof(T) == 2;
         if (!X0_LATE) /* dropped by the compiler when the op does not use it */
             ctx.x0 = nd_to_float(__ldg(xrow));
@@ -902,6 +966,9 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
         for (int i = 0; i < PACKS; i++) {
             if (PF)
                 nd_slot_words(&pf[i * THREADS + threadIdx.x], &v[0].w[i * 4]);
+            else if (GR)
+                nd_row_load_words_grid<T, VEC>(xrow, (i * ctx.G + ctx.g) * VEC, ctx.cols,
+                                               Op::kPad, &v[0].w[i * 4]);
             else
                 nd_row_load_words<T, VEC, int, WH>(xrow, (i * ctx.G + ctx.g) * VEC - ctx.h,
                                                    ctx.cols, Op::kPad, &v[0].w[i * 4]);
@@ -939,6 +1006,8 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
 #pragma unroll
         for (int i = 0; i < PACKS; i++) {
             int c0 = (i * ctx.G + ctx.g) * VEC - ctx.h;
+            if (GR && c0 >= ctx.cols) /* this pack and the thread's next ones: past the row */
+                break;
             nd_row_emit<Op, T, VEC, false, int, WO>(a, prm, st[0], yrow, c0, ctx.cols, ro,
                                                     [&](int j) { return v[0].get(i * VEC + j); });
         }
@@ -1176,15 +1245,25 @@ static nd_status nd_rows_warp_exact_run(const nd_rows_args<T> &a, const typename
 }
 
 /* The warp kernel for groups of W lanes x PACKS packs, R rows a group; its exact twin where
- * `exact` (the rows are W * PACKS * VEC columns on the grid and the policy takes the twin). */
+ * `exact` (the rows are W * PACKS * VEC columns on the grid and the policy takes the twin), else
+ * for groups of 8 lanes or more its grid twin where `on_grid` (nd_rows_on_grid;
+ * ND_ROWS_GRID_TWIN). */
 template <class Op, class T, int VEC, int PACKS, int W, int R>
 static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::Params &prm,
-                                  bool exact, const nd_cuda_device_info *di, cudaStream_t s,
-                                  const char *name, nd_error *err)
+                                  bool exact, bool on_grid, const nd_cuda_device_info *di,
+                                  cudaStream_t s, const char *name, nd_error *err)
 {
     if constexpr (ND_ROWS_EXACT) {
         if (exact)
             return nd_rows_warp_exact_run<Op, T, VEC, PACKS, W, R>(a, prm, di, s, name, err);
+    }
+    if constexpr (ND_ROWS_GRID_TWIN && W >= 8) {
+        if (on_grid) {
+            ND_PLAN("warp W=%d packs=%d R=%d whole-packs", W, PACKS, R);
+            return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R, ND_XC_GRID>,
+                                  ND_ROWS_WARP_BLOCK, 1, 0, nd_rows_warp_units<W, R>(a.rows), di, s,
+                                  err, name, a, prm);
+        }
     }
     ND_PLAN("warp W=%d packs=%d R=%d", W, PACKS, R);
     return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R>, ND_ROWS_WARP_BLOCK, 1, 0,
@@ -1237,11 +1316,12 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *                  device-full of blocks, on a device of the fast class or not (rows_split.cuh)
  *   kClusterMax    largest cluster (<= 16)
  *   kStreamThreads block size of the stream kernel
- *   tile_tiles(element bytes, w, packs, fast, exact)  tiles a block of the tile kernel takes
- *                  for the warp kernel's groups of w lanes x packs packs (rows_tile.cuh) on a
- *                  device of ND_ROWS_FAST_GBPS or more (fast) or less, for rows of exactly
+ *   tile_tiles(element bytes, w, packs, fast, exact, full)  tiles a block of the tile kernel
+ *                  takes for the warp kernel's groups of w lanes x packs packs (rows_tile.cuh)
+ *                  on a device of ND_ROWS_FAST_GBPS or more (fast) or less, for rows of exactly
  *                  the geometry's length (exact: the warp kernel's exact twin is the other
- *                  choice) or not; 0: the warp kernel
+ *                  choice) or not, and rows that fill every lane (full, whatever exact says) or
+ *                  not; 0: the warp kernel
  *   big_block(element bytes, packs, fast)  whether rows of more than kBlockMax * PM packs and
  *                  at most ND_ROWS_BIG_BLOCK (1024) * PM take one block of that many threads, of
  *                  `packs` packs a thread, rather than the split kernel, on a device of the
@@ -1262,7 +1342,8 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *                                to +12, but -15 to -33 where it left a lane alone on a row
  *   P <= 32 * PM                 warp kernel, a full warp per row, ceil(P / 32) packs per lane
  *                                (both warp branches: the tile kernel, same W and packs, where
- *                                the policy's tile_tiles(element bytes, W, packs, fast, exact) > 0 and
+ *                                the policy's tile_tiles(element bytes, W, packs, fast, exact,
+ *                                full) > 0 and
  *                                nd_rows_tile_ok: x, y on the 16-byte grid, whole packs a row)
  *   P <= kBlockMax * PM          block kernel, the smallest block that holds the row
  *   P <= 1024 * PM               block kernel of 1024 threads, where big_block says so
@@ -1273,6 +1354,9 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *   P <= kClusterMax * kBlockMax * PM   cluster kernel, the smallest power-of-two cluster
  *   else                         stream kernel (re-reads x: once per statistics round)
  * where PM = kRegBytes / 16 packs per thread.
+ * The warp kernels (of groups of 8 lanes or more for the grid twin) and the plain block kernels
+ * run their exact twin where the rows are the kernel's length (exact), else their grid twin where
+ * the rows are on the grid (ND_ROWS_GRID_TWIN).
  */
 template <class Op, class T, class Pol>
 static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params &prm, cudaStream_t s,
@@ -1330,10 +1414,12 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                 constexpr int PACKS = decltype(pk)::value;
                 constexpr int R = nd_rows_warp_r<Pol>(W, PACKS);
                 const bool ex = exact(W * PACKS * VEC);
+                const bool full = a.cols == W * PACKS * VEC;
                 if constexpr (nd_rows_tiles_any<Pol>((int)sizeof(T), W, PACKS) > 0)
-                    if (const int tiles = tile ? nd_rows_tiles<Pol>((int)sizeof(T), W, PACKS, fast, ex) : 0)
+                    if (const int tiles = tile ? nd_rows_tiles<Pol>((int)sizeof(T), W, PACKS, fast, ex, full) : 0)
                         return nd_rows_tile_run<Op, T, VEC, PACKS, W>(a, prm, tiles, di, s, name, err);
-                return nd_rows_warp_run<Op, T, VEC, PACKS, W, R>(a, prm, ex, di, s, name, err);
+                return nd_rows_warp_run<Op, T, VEC, PACKS, W, R>(a, prm, ex, on_grid, di, s, name,
+                                                                 err);
             });
         });
     };
@@ -1359,10 +1445,12 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             constexpr int PACKS = decltype(pk)::value;
             constexpr int R = nd_rows_warp_r<Pol>(32, PACKS);
             const bool ex = exact(32 * PACKS * VEC);
+            const bool full = a.cols == 32 * PACKS * VEC;
             if constexpr (nd_rows_tiles_any<Pol>((int)sizeof(T), 32, PACKS) > 0)
-                if (const int tiles = tile ? nd_rows_tiles<Pol>((int)sizeof(T), 32, PACKS, fast, ex) : 0)
+                if (const int tiles = tile ? nd_rows_tiles<Pol>((int)sizeof(T), 32, PACKS, fast, ex, full) : 0)
                     return nd_rows_tile_run<Op, T, VEC, PACKS, 32>(a, prm, tiles, di, s, name, err);
-            return nd_rows_warp_run<Op, T, VEC, PACKS, 32, R>(a, prm, ex, di, s, name, err);
+            return nd_rows_warp_run<Op, T, VEC, PACKS, 32, R>(a, prm, ex, on_grid, di, s, name,
+                                                              err);
         });
     }
     /* the block kernel, TH threads of `packs` packs a row: P > 32 * PM, and P > TH / 2 * PM for
@@ -1378,6 +1466,14 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                     ND_PLAN("block packs=%d exact", PACKS);
                     return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, XC>,
                                           TH, 1, 0, a.rows, di, s, err, name, a, prm);
+                }
+            }
+            if constexpr (ND_ROWS_GRID_TWIN) {
+                if (on_grid) {
+                    ND_PLAN("block packs=%d whole-packs", PACKS);
+                    return nd_rows_launch(
+                        nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, ND_XC_GRID>, TH, 1, 0,
+                        a.rows, di, s, err, name, a, prm);
                 }
             }
             ND_PLAN("block packs=%d", PACKS);

@@ -201,21 +201,22 @@ static inline bool nd_rows_tile_ok(const nd_rows_args<T> &a, const nd_cuda_devic
 }
 
 /* Tiles a block of the tile kernel takes for warp-kernel groups of w lanes x packs packs: the
- * policy's tile_tiles(element bytes, w, packs, fast, exact) for a device of the fast class or
- * not and rows that would take the warp kernel's exact twin or not (0: the warp kernel), or
- * ND_ROWS_TILE 2's everywhere. nd_rows_tiles_any: on some device, for some rows (the kernels
- * that are compiled). */
-template <class Pol> constexpr int nd_rows_tiles(int elem_bytes, int w, int packs, bool fast, bool exact)
+ * policy's tile_tiles(element bytes, w, packs, fast, exact, full) for a device of the fast class
+ * or not, rows that would take the warp kernel's exact twin or not, and rows that fill every
+ * lane (w * packs packs) or not (0: the warp kernel), or ND_ROWS_TILE 2's everywhere.
+ * nd_rows_tiles_any: on some device, for some rows (the kernels that are compiled). */
+template <class Pol>
+constexpr int nd_rows_tiles(int elem_bytes, int w, int packs, bool fast, bool exact, bool full)
 {
-    return ND_ROWS_TILE == 2 && Pol::tile_tiles(elem_bytes, w, packs, fast, exact) == 0
+    return ND_ROWS_TILE == 2 && Pol::tile_tiles(elem_bytes, w, packs, fast, exact, full) == 0
                ? 2
-               : Pol::tile_tiles(elem_bytes, w, packs, fast, exact);
+               : Pol::tile_tiles(elem_bytes, w, packs, fast, exact, full);
 }
 template <class Pol> constexpr int nd_rows_tiles_any(int elem_bytes, int w, int packs)
 {
     int most = 0;
-    for (int k = 0; k < 4; k++) {
-        const int t = nd_rows_tiles<Pol>(elem_bytes, w, packs, k & 1, k & 2);
+    for (int k = 0; k < 8; k++) {
+        const int t = nd_rows_tiles<Pol>(elem_bytes, w, packs, k & 1, k & 2, k & 4);
         most = t > most ? t : most;
     }
     return most;

@@ -89,7 +89,7 @@ template <bool LOG> struct nd_softmax_policy {
      * log_softmax 89.0 -> 95.5; H100 softmax within 1, log_softmax 99.9 -> 98.5. The other widths
      * measured (H200) lost 2-15 points with an earlier form of the kernel
      * (bench/results/rows_tile_h200.txt). */
-    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast, bool)
+    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast, bool, bool)
     {
         return (elem_bytes == 2 && w == 4 && packs == 4) || (fast && elem_bytes == 4 && w == 8 && packs == 2)
                    ? 2

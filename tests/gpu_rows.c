@@ -233,11 +233,15 @@ static void run_op_dtype(nd_op op, nd_dtype dt, uint64_t seed)
      * packs for (widths of models): the fitted geometries of ND_ROWS_WARP_FIT (16-bit 24-192
      * columns in 1-8 lanes of 3 packs, 320 / 384 in 8 lanes of 5 / 6, 640 / 896 in 16 of 5 / 7)
      * and the parameter pipe of ND_ROWS_PIPE_PARTIAL (576 in 32 lanes of 3, 1600 of 7, 3200 in
-     * 128 threads of 4), mean 0 and 1e4 */
-    static const int64_t partial_widths[] = {24, 48, 96, 192, 320, 384, 576, 640, 896, 1600, 3200};
+     * 128 threads of 4), which run the grid twins of the warp and block kernels
+     * (ND_ROWS_GRID_TWIN; 16-bit 200 in 8 lanes of 4, 392 in 16 of 4, float32 4800 in 512
+     * threads of 3, 20488 in a block of 1024 where the policy takes one), mean 0 and 1e4, and
+     * without parameters or statistics */
+    static const int64_t partial_widths[] = {24,  48,  96,  192,  200,  320,  384,  392,
+                                             576, 640, 896, 1600, 3200, 4800, 20488};
     for (size_t i = 0; i < sizeof partial_widths / sizeof partial_widths[0]; i++)
-        for (int m = 0; m < 2; m++) {
-            rcase c = {op, dt, 37, partial_widths[i], 0, 0, 1, 1, m ? 1e4 : 0.0, 1.0};
+        for (int m = 0; m < 3; m++) {
+            rcase c = {op, dt, 37, partial_widths[i], 0, 0, m < 2, m < 2, m == 1 ? 1e4 : 0.0, 1.0};
             if (op == ND_OP_SOFTMAX || op == ND_OP_LOG_SOFTMAX)
                 c.std = 3.0;
             run_case(&c, &rng);
@@ -788,13 +792,17 @@ Test(gpu_rows, plan_trace_names_the_pick)
         int xoff;          /* x this many elements past the 16-byte grid */
         const char *kind;
         int exact;         /* the exact twin (ND_ROWS_EXACT): " exact" in the plan */
+        int whole;         /* the grid twin (ND_ROWS_GRID_TWIN): " whole-packs" in the plan */
     } cases[] = {/* off the grid, a row of 2048 spans 257 packs: a block's; split rows are exact
-                    when whole chunks (ND_ROWS_SPLIT_EXACT) */
-                 {64, 128, 0, "tile W=", 0},   {64, 127, 0, "warp W=", 0},
-                 {64, 2048, 0, "warp W=", 1},  {64, 2048, 1, "block ", 0},
-                 {64, 4096, 0, "block ", 1},   {64, 4096, 1, "block ", 0},
-                 {64, 4088, 0, "block ", 0},   {3, 1 << 20, 0, "split ", 1},
-                 {3, 1 << 20, 1, "split ", 0}, {3, (1 << 20) - 8, 0, "split ", 0}};
+                    when whole chunks (ND_ROWS_SPLIT_EXACT); rows on the grid that no exact
+                    twin takes run a grid twin where a full warp or a block holds them */
+                 {64, 128, 0, "tile W=", 0, 0},   {64, 127, 0, "warp W=", 0, 0},
+                 {64, 2048, 0, "warp W=", 1, 0},  {64, 2048, 1, "block ", 0, 0},
+                 {64, 4096, 0, "block ", 1, 0},   {64, 4096, 1, "block ", 0, 0},
+                 {64, 4088, 0, "block ", 0, 1},   {64, 1600, 0, "warp W=32 ", 0, 1},
+                 {64, 200, 0, "warp W=8 ", 0, 1},
+                 {64, 1600, 1, "warp W=32 ", 0, 0}, {3, 1 << 20, 0, "split ", 1, 0},
+                 {3, 1 << 20, 1, "split ", 0, 0}, {3, (1 << 20) - 8, 0, "split ", 0, 0}};
     const size_t es = 2;
     void *x = NULL, *y = NULL;
     CUDA_OK(cudaMalloc(&x, (size_t)4 << 21));
@@ -819,6 +827,10 @@ Test(gpu_rows, plan_trace_names_the_pick)
                   "%lld x %lld, x %d elements off the grid: plan \"%s\"%s names the exact kernel",
                   (long long)cases[i].rows, (long long)cases[i].cols, cases[i].xoff, plan,
                   cases[i].exact ? " never" : "");
+        cr_expect((strstr(plan, " whole-packs") != NULL) == cases[i].whole,
+                  "%lld x %lld, x %d elements off the grid: plan \"%s\"%s names the grid twin",
+                  (long long)cases[i].rows, (long long)cases[i].cols, cases[i].xoff, plan,
+                  cases[i].whole ? " never" : "");
         /* with the trace off, a call leaves the line alone */
         nd_softmax_args b = {ND_FLOAT16, 8, 32, 1, x, y};
         cr_assert_eq(nd_cuda_softmax(&b, 0, NULL, &err), ND_OK, "%s", err.msg);
