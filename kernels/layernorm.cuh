@@ -49,7 +49,7 @@
 #endif
 
 #ifndef ND_LN_WARP_BLOCKS78 /* nd_layernorm_op::min_blocks: 16-bit warp-kernel lanes of 7-8 packs */
-#define ND_LN_WARP_BLOCKS78 5
+#define ND_LN_WARP_BLOCKS78 6
 #endif
 
 #ifndef ND_LN_HOLD4 /* 1: 16-bit warp-kernel lanes of 4 packs hold their parameters, at 5 blocks an SM */
@@ -227,11 +227,16 @@ struct nd_layernorm_op {
      * bytes, at 6 none (nvcc 13). H100, three alternating rounds, float16 / bfloat16 1536
      * columns 96.9 / 95.8 -> 98.1 / 98.2% of the copy ceiling; at 6 blocks lanes of 2 packs lost
      * 2.4-6.3 (32 and 128 columns) and of 3 packs 2.3 (768), of 4 packs within +0.5
-     * (bench/results/ln_warp_blocks_h100.txt). Lanes of 7-8 packs (1792-2048 columns) take 5
-     * blocks (96 registers; ND_LN_WARP_BLOCKS78): at 6 (80) they spilled 144-158 bytes with the
+     * (bench/results/ln_warp_blocks_h100.txt). Lanes of 7-8 packs (1792-2048 columns) took 5
+     * blocks (96 registers): at 6 (80) the generic kernels spilled 144-158 bytes with the
      * parameter pipe of ND_ROWS_PIPE16_MAX_PACKS's note, at 5 none. H100, five alternating
      * rounds, float16 / bfloat16 2048 columns 96.9 / 94.6 -> 98.3 / 98.0, 1024-1536 and 4096
-     * within 0.1 (bench/results/ln_warp_blocks5_h100.txt). */
+     * within 0.1 (bench/results/ln_warp_blocks5_h100.txt). Now those rows on the grid take the
+     * exact or grid twin, which spill nothing at 6 blocks (nvcc 13; the generic kernels, left to
+     * rows off the grid, 16-132 bytes), so they take 6 (ND_LN_WARP_BLOCKS78). Three alternating
+     * rounds against 5 (bench/results/ln_warp_blocks6_h200.txt): H200 1600 columns (grid twin)
+     * 92.8 / 91.8 -> 96.6 / 93.6, 1800 +1.5 / 0, 1792 (exact) -0.5 / -0.6, 2048 within 0.1;
+     * H100 every width within 0.5. */
     static constexpr int min_blocks(int kind, int elem_bytes, int packs, int threads)
     {
         return kind == ND_CTX_WARP ? (elem_bytes == 2 && packs >= 7 ? ND_LN_WARP_BLOCKS78
