@@ -89,47 +89,28 @@ template <class T, int VEC> __device__ __forceinline__ int nd_grid_offset(const 
 }
 
 /* Load columns [c0, c0 + VEC) of a row into 4 words (one pack); columns outside [0, cols) read
- * as pad. x is loaded evict-first (ld.global.cs) and y stored so (nd_store_pack_stream). H100,
- * rows suite, three alternating rounds, against default-policy stores / default loads and stores
- * / read-only-path loads: median -2.2 / -1.3 / -1.0 points of the copy ceiling over 192 shapes,
+ * as pad. WHOLE: the caller knows the pack is whole. GRID: a row of whole packs on the 16-byte
+ * grid (the grid twins, ND_ROWS_GRID_TWIN), c0 >= 0 a multiple of VEC: the pack lies in the row
+ * or wholly past its end, so one test a pack and pads past it, not a test an element. x is
+ * loaded evict-first (ld.global.cs) and y stored so (nd_store_pack_stream). H100, rows suite,
+ * three alternating rounds, against default-policy stores / default loads and stores /
+ * read-only-path loads: median -2.2 / -1.3 / -1.0 points of the copy ceiling over 192 shapes,
  * down to -20 / -24 / -13 (long rows, 16-bit 32 columns); the best gain +6.6 (float32 32 columns,
  * default stores) (bench/results/rows_hints_h100.txt). */
-template <class T, int VEC, class I, bool WHOLE = false>
+template <class T, int VEC, class I, bool WHOLE = false, bool GRID = false>
 __device__ __forceinline__ void nd_row_load_words(const T *row, I c0, I cols, float pad, uint32_t *o)
 {
     union { uint4 w; nd_pack<T, VEC> pk; } u;
     static_assert(sizeof(T) * VEC == 16, "packs are 16 bytes");
-    if (WHOLE || (c0 >= 0 && c0 + VEC <= cols)) { /* WHOLE: the caller knows the pack is whole */
+    if (WHOLE || (GRID ? c0 < cols : c0 >= 0 && c0 + VEC <= cols)) {
         u.w = __ldcs(reinterpret_cast<const uint4 *>(row + c0));
     } else {
         const T tp = nd_from_float<T>(pad);
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
             I c = c0 + j;
-            u.pk.v[j] = (c >= 0 && c < cols) ? nd_ldcs1(row + c) : tp;
+            u.pk.v[j] = !GRID && c >= 0 && c < cols ? nd_ldcs1(row + c) : tp;
         }
-    }
-    o[0] = u.w.x;
-    o[1] = u.w.y;
-    o[2] = u.w.z;
-    o[3] = u.w.w;
-}
-
-/* The same for a row of whole packs on the 16-byte grid (the grid twins, ND_ROWS_GRID_TWIN):
- * the pack at c0 (c0 >= 0, a multiple of VEC) lies in the row or wholly past its end, so one test
- * a pack, where nd_row_load_words tests each element of a pack that is not wholly in the row. */
-template <class T, int VEC>
-__device__ __forceinline__ void nd_row_load_words_grid(const T *row, int c0, int cols, float pad,
-                                                       uint32_t *o)
-{
-    union { uint4 w; nd_pack<T, VEC> pk; } u;
-    if (c0 < cols) {
-        u.w = __ldcs(reinterpret_cast<const uint4 *>(row + c0));
-    } else {
-        const T tp = nd_from_float<T>(pad);
-#pragma unroll
-        for (int j = 0; j < VEC; j++)
-            u.pk.v[j] = tp;
     }
     o[0] = u.w.x;
     o[1] = u.w.y;
@@ -729,13 +710,10 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
                 uint32_t wds[4];
                 if (PF)
                     nd_slot_words(&pf[r * PACKS + i][threadIdx.x], wds);
-                else if (GR)
-                    nd_row_load_words_grid<T, VEC>(xrow, (i * W + gl) * VEC,
-                                                   row[r] < a.rows ? ctx.cols : 0, Op::kPad, wds);
                 else
-                    nd_row_load_words<T, VEC, int, WH>(xrow, (i * W + gl) * VEC - ctx.h[r],
-                                                       row[r] < a.rows ? ctx.cols : 0, Op::kPad,
-                                                       wds);
+                    nd_row_load_words<T, VEC, int, WH, GR>(xrow, (i * W + gl) * VEC - ctx.h[r],
+                                                           row[r] < a.rows ? ctx.cols : 0,
+                                                           Op::kPad, wds);
                 v[r].put_pack(i, wds);
             }
         }
@@ -966,12 +944,9 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
         for (int i = 0; i < PACKS; i++) {
             if (PF)
                 nd_slot_words(&pf[i * THREADS + threadIdx.x], &v[0].w[i * 4]);
-            else if (GR)
-                nd_row_load_words_grid<T, VEC>(xrow, (i * ctx.G + ctx.g) * VEC, ctx.cols,
-                                               Op::kPad, &v[0].w[i * 4]);
             else
-                nd_row_load_words<T, VEC, int, WH>(xrow, (i * ctx.G + ctx.g) * VEC - ctx.h,
-                                                   ctx.cols, Op::kPad, &v[0].w[i * 4]);
+                nd_row_load_words<T, VEC, int, WH, GR>(xrow, (i * ctx.G + ctx.g) * VEC - ctx.h,
+                                                       ctx.cols, Op::kPad, &v[0].w[i * 4]);
         }
         if constexpr (ND_ROWS_BLOCK_LATE_N && !CLUSTER && (ND_ROWS_EXACT_LATE_N || !WH) &&
                       sizeof(T) == 2)
@@ -1231,15 +1206,22 @@ template <int W, int R> static inline int64_t nd_rows_warp_units(int64_t rows)
     return (rows + per_block - 1) / per_block;
 }
 
-/* The warp kernel's exact twin for groups of W lanes x PACKS packs, R rows a group: rows of
- * W * PACKS * VEC columns on the grid (ND_ROWS_EXACT). */
-template <class Op, class T, int VEC, int PACKS, int W, int R>
-static nd_status nd_rows_warp_exact_run(const nd_rows_args<T> &a, const typename Op::Params &prm,
-                                        const nd_cuda_device_info *di, cudaStream_t s,
-                                        const char *name, nd_error *err)
+/* What a plan adds for a row kernel's XC: " exact" for its exact twin, " whole-packs" for its
+ * grid twin, nothing for the generic kernel. */
+constexpr const char *nd_rows_twin_word(int xc)
 {
-    constexpr int XC = W * PACKS * VEC;
-    ND_PLAN("warp W=%d packs=%d R=%d exact", W, PACKS, R);
+    return xc > 0 ? " exact" : xc == ND_XC_GRID ? " whole-packs" : "";
+}
+
+/* The warp kernel for groups of W lanes x PACKS packs, R rows a group: the generic kernel (XC 0),
+ * its exact twin (XC = W * PACKS * VEC, ND_ROWS_EXACT) or its grid twin (ND_XC_GRID). */
+template <class Op, class T, int VEC, int PACKS, int W, int R, int XC = 0>
+static nd_status nd_rows_warp_launch(const nd_rows_args<T> &a, const typename Op::Params &prm,
+                                     const nd_cuda_device_info *di, cudaStream_t s,
+                                     const char *name, nd_error *err)
+{
+    static_assert(XC <= 0 || XC == W * PACKS * VEC, "exact rows: a group's");
+    ND_PLAN("warp W=%d packs=%d R=%d%s", W, PACKS, R, nd_rows_twin_word(XC));
     return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R, XC>, ND_ROWS_WARP_BLOCK, 1,
                           0, nd_rows_warp_units<W, R>(a.rows), di, s, err, name, a, prm);
 }
@@ -1255,19 +1237,15 @@ static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::P
 {
     if constexpr (ND_ROWS_EXACT) {
         if (exact)
-            return nd_rows_warp_exact_run<Op, T, VEC, PACKS, W, R>(a, prm, di, s, name, err);
+            return nd_rows_warp_launch<Op, T, VEC, PACKS, W, R, W * PACKS * VEC>(a, prm, di, s,
+                                                                                name, err);
     }
     if constexpr (ND_ROWS_GRID_TWIN && W >= 8) {
-        if (on_grid) {
-            ND_PLAN("warp W=%d packs=%d R=%d whole-packs", W, PACKS, R);
-            return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R, ND_XC_GRID>,
-                                  ND_ROWS_WARP_BLOCK, 1, 0, nd_rows_warp_units<W, R>(a.rows), di, s,
-                                  err, name, a, prm);
-        }
+        if (on_grid)
+            return nd_rows_warp_launch<Op, T, VEC, PACKS, W, R, ND_XC_GRID>(a, prm, di, s, name,
+                                                                             err);
     }
-    ND_PLAN("warp W=%d packs=%d R=%d", W, PACKS, R);
-    return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R>, ND_ROWS_WARP_BLOCK, 1, 0,
-                          nd_rows_warp_units<W, R>(a.rows), di, s, err, name, a, prm);
+    return nd_rows_warp_launch<Op, T, VEC, PACKS, W, R>(a, prm, di, s, name, err);
 }
 
 #include "rows_split.cuh"
@@ -1406,8 +1384,9 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                     return nd_rows_pick<SP + 1, 2 * SP - 1>((int)(P / WF), [&](auto pk) {
                         constexpr int PACKS = decltype(pk)::value;
                         constexpr int R = nd_rows_warp_r<Pol>(WF, PACKS);
-                        return nd_rows_warp_exact_run<Op, T, VEC, PACKS, WF, R>(a, prm, di, s,
-                                                                               name, err);
+                        constexpr int XC = WF * PACKS * VEC;
+                        return nd_rows_warp_launch<Op, T, VEC, PACKS, WF, R, XC>(a, prm, di, s,
+                                                                                 name, err);
                     });
             }
             return nd_rows_pick<(W == 1 ? 1 : SP), SP>((int)P, [&](auto pk) {
@@ -1434,7 +1413,8 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             auto fit16 = [&](auto pk) {
                 constexpr int PACKS = decltype(pk)::value;
                 constexpr int R = nd_rows_warp_r<Pol>(16, PACKS);
-                return nd_rows_warp_exact_run<Op, T, VEC, PACKS, 16, R>(a, prm, di, s, name, err);
+                constexpr int XC = 16 * PACKS * VEC;
+                return nd_rows_warp_launch<Op, T, VEC, PACKS, 16, R, XC>(a, prm, di, s, name, err);
             };
             if ((P == 80 || P == 112) && exact((int)P * VEC) &&
                 nd_rows_warp_fit<Pol>((int)sizeof(T), 16, (int)(P / 16), fast))
@@ -1460,25 +1440,23 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         constexpr int TH = decltype(th)::value;
         return nd_rows_pick<(TH == BMIN ? 32 * PM / BMIN + 1 : PM / 2 + 1), PM>(packs, [&](auto pk) {
             constexpr int PACKS = decltype(pk)::value;
+            /* the generic kernel (XC 0), its exact twin or its grid twin */
+            auto launch = [&](auto xc) {
+                constexpr int XC = decltype(xc)::value;
+                ND_PLAN("block packs=%d%s", PACKS, nd_rows_twin_word(XC));
+                return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, XC>, TH, 1,
+                                      0, a.rows, di, s, err, name, a, prm);
+            };
+            constexpr int XC = TH * PACKS * VEC;
             if constexpr (ND_ROWS_EXACT) {
-                constexpr int XC = TH * PACKS * VEC;
-                if (exact(XC)) {
-                    ND_PLAN("block packs=%d exact", PACKS);
-                    return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, XC>,
-                                          TH, 1, 0, a.rows, di, s, err, name, a, prm);
-                }
+                if (exact(XC))
+                    return launch(std::integral_constant<int, XC>());
             }
             if constexpr (ND_ROWS_GRID_TWIN) {
-                if (on_grid) {
-                    ND_PLAN("block packs=%d whole-packs", PACKS);
-                    return nd_rows_launch(
-                        nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, ND_XC_GRID>, TH, 1, 0,
-                        a.rows, di, s, err, name, a, prm);
-                }
+                if (on_grid)
+                    return launch(std::integral_constant<int, ND_XC_GRID>());
             }
-            ND_PLAN("block packs=%d", PACKS);
-            return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false>, TH, 1, 0,
-                                  a.rows, di, s, err, name, a, prm);
+            return launch(std::integral_constant<int, 0>());
         });
     };
     if (P <= cap_block) {

@@ -795,7 +795,7 @@ Test(gpu_rows, plan_trace_names_the_pick)
         int whole;         /* the grid twin (ND_ROWS_GRID_TWIN): " whole-packs" in the plan */
     } cases[] = {/* off the grid, a row of 2048 spans 257 packs: a block's; split rows are exact
                     when whole chunks (ND_ROWS_SPLIT_EXACT); rows on the grid that no exact
-                    twin takes run a grid twin where a full warp or a block holds them */
+                    twin takes run a grid twin where 8 lanes or more or a block hold them */
                  {64, 128, 0, "tile W=", 0, 0},   {64, 127, 0, "warp W=", 0, 0},
                  {64, 2048, 0, "warp W=", 1, 0},  {64, 2048, 1, "block ", 0, 0},
                  {64, 4096, 0, "block ", 1, 0},   {64, 4096, 1, "block ", 0, 0},
