@@ -147,9 +147,9 @@ struct nd_layernorm_policy : nd_norm_policy {
      * 512x262144 77.3 / 77.1 -> 84.1 / 84.2, 128x1048576 74.5 / 73.1 -> 79.9 / 80.5; float32
      * within 0.3 (bench/results/rows_split_h100.txt). */
     static constexpr int split_threads(int) { return 256; }
-    /* The tile kernel (rows_tile.cuh, 2 tiles a block) for 16-bit rows in groups of w lanes x
-     * packs packs of 4 x 2 (the geometry of 64 columns) on every device, and on a fast one (an
-     * H200) also 8 x 4, 16 x 4, 32 x 3 and 32 x 4 (256, 512, 768 and 1024 columns). Against the
+    /* The tile kernel (rows_tile.cuh, 2 tiles a block) for 16-bit rows, on a fast device (an
+     * H200), in groups of w lanes x packs packs of 8 x 4, 16 x 4, 32 x 3 and 32 x 4 (256, 512,
+     * 768 and 1024 columns); 4 x 2 (64 columns) took it on every device before (below). Against the
      * warp kernel, two alternating rounds, float16 / bfloat16 % of the copy ceiling:
      *   H200: 64 columns 81.5 / 80.6 -> 83.1 / 83.1, 256 81.5 / 81.2 -> 86.5 / 84.9, 512 83.8 /
      *   83.7 -> 92.2 / 91.3, 768 87.8 / 88.5 -> 94.1 / 93.2, 1024 84.1 / 84.9 -> 95.1 / 94.9;
@@ -167,15 +167,20 @@ struct nd_layernorm_policy : nd_norm_policy {
     /* On a fast device, rows of exactly 64 or 768 columns (on the grid) take the warp kernel's
      * exact twin instead (ND_ROWS_EXACT). H200, two alternating rounds, float16 / bfloat16: 64
      * columns 82.6 / 82.5 -> 91.9 / 90.5, 768 93.8 / 92.6 -> 95.5 / 95.5; at 256, 512 and 1024
-     * the twin lost 2-7 points to the tile kernel (bench/results/rows_exact_h200.txt). */
+     * the twin lost 2-7 points to the tile kernel (bench/results/rows_exact_h200.txt).
+     * And 4 x 2 no longer takes it on any device: on an H100, since the exact twins, the warp
+     * kernel beat it at 64 columns, and rows that leave lanes short of packs (40, 56) ran at
+     * half the copy's speed in it, as the four above did on the H200. H100, three alternating
+     * rounds, float16 / bfloat16, tile -> warp kernel: 40 columns 50.7 / 49.9 -> 59.8 / 58.0,
+     * 56 61.1 / 60.4 -> 69.4 / 68.3, 64 (its exact twin) 95.5 / 95.0 -> 103.6 / 103.0; 128-1024
+     * within 0.5 (bench/results/ln_tile42_h100.txt). On an H200, 64 columns took the exact twin
+     * already; 40 and 56 were not measured there. */
     static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast, bool exact,
                                     bool full)
     {
         const bool g = (w == 8 && packs == 4) || (w == 16 && packs == 4) ||
                        (w == 32 && ((packs == 3 && !exact) || packs == 4));
-        return elem_bytes == 2 && ((w == 4 && packs == 2 && !(fast && exact)) || (fast && g && full))
-                   ? 2
-                   : 0;
+        return elem_bytes == 2 && fast && g && full ? 2 : 0;
     }
     /* float32 rows of 4097-8192 packs take one block of 1024 threads a row, not the split kernel's
      * chunks (H100, three alternating rounds against the split kernel, % of the copy ceiling,

@@ -11,8 +11,8 @@
  * run is set by registers. Here one thread asks the copy engine for all of a block's rows at
  * once, as a few tiles, and the block's lanes start on the first tile while the others travel.
  * Which geometries take it is measured, per op (the policies' tile_tiles; the numbers are there
- * and in bench/results/rows_tile_h200.txt): LayerNorm's 16-bit rows of the geometries of 64,
- * 256, 512, 768 and 1024 columns, RMSNorm's of 64 and 128, softmax's and log_softmax's 16-bit
+ * and in bench/results/rows_tile_h200.txt): LayerNorm's 16-bit rows of the geometries of 256,
+ * 512, 768 and 1024 columns on a fast device, RMSNorm's of 64 and 128, softmax's and log_softmax's 16-bit
  * rows of 72-128 and float32 rows of 33-64 columns. Elsewhere it measured no faster than the
  * warp kernel, or slower.
  *
