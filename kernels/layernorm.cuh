@@ -263,7 +263,15 @@ struct nd_layernorm_op {
      * softmax's), widened once instead of again for the output (ncu, H200, float16 128 columns:
      * 21.5 instructions an element, 4 of them conversions of x, gamma and beta). H200, three
      * alternating rounds: 128 columns 85.7 / 83.5 -> 85.6 / 83.2% of the copy ceiling, 32 and
-     * 64 within 2.5 either way (bench/results/rows_grid_h200.txt). Not kept. */
+     * 64 within 2.5 either way (bench/results/rows_grid_h200.txt). Not kept.
+     * Tried: for threads holding at most 16 elements of their rows, rstd = rsqrtf (as PyTorch's
+     * kernels; no slow-path branches) and 4 partial sums a thread instead of one serial chain
+     * (LayerNorm and RMSNorm). ncu, H100, float16 128 columns: 21.5 -> 20.1 instructions an
+     * element, but 64 -> 72 registers; H100, three alternating rounds, every short row within
+     * about 1 point (float16 128: 96.0 -> 95.0). Without the 16-element limit nvcc spilled
+     * 36-816 bytes in 16-bit lanes and blocks of 5-8 packs (bench/results/
+     * norm_short_stats_h100.txt; torch.compile's kernels run 10.7-11.5 instructions an element
+     * there: bench/results/triton_instr_h100.txt). Not kept; not measured on an H200. */
     /* Warp-kernel lanes of at most ND_LN_PARAM_HOLD16 (2) packs of a 16-bit row load all their
      * parameters with x (nd_param_hold); float32 rows of 64 columns (8 lanes of 2 packs) lost 1.2
      * points of the copy ceiling holding theirs (H100, bench/results/rows_split_h100.txt). 16-bit

@@ -12,9 +12,9 @@
  * once, as a few tiles, and the block's lanes start on the first tile while the others travel.
  * Which geometries take it is measured, per op (the policies' tile_tiles; the numbers are there
  * and in bench/results/rows_tile_h200.txt): LayerNorm's 16-bit rows of the geometries of 256,
- * 512, 768 and 1024 columns on a fast device, RMSNorm's of 64 and 128, softmax's and log_softmax's 16-bit
- * rows of 72-128 and float32 rows of 33-64 columns. Elsewhere it measured no faster than the
- * warp kernel, or slower.
+ * 512, 768 and 1024 columns on a fast device, RMSNorm's of 64 and 128, softmax's and
+ * log_softmax's 16-bit rows of 72-128 and float32 rows of 33-64 columns. Elsewhere it measured
+ * no faster than the warp kernel, or slower.
  *
  * How. A tile is ND_ROWS_TILE_BLOCK / 32 warps x 32 / W groups = one row per group of the block:
  * tile_rows consecutive rows, so one contiguous run of bytes (the path needs x and y on the
