@@ -480,7 +480,8 @@ template <class T> __host__ __device__ constexpr bool nd_block_pipe_ok(int packs
 #endif
 /* 1: rows on the 16-byte grid (nd_rows_on_grid: x, y and the parameters on the grid, whole packs
  * a row) that no exact twin takes run the grid twin of the warp kernel (groups of 8 lanes or
- * more) or the plain block kernel (XC = ND_XC_GRID): the row length stays a run-time value, but
+ * more; of 2 or 4 for 16-bit rows short of packs, ND_ROWS_GRID_TWIN_SHORT16) or the plain block
+ * kernel (XC = ND_XC_GRID): the row length stays a run-time value, but
  * every pack a thread holds lies in the row or wholly past its end, so loads, parameters and
  * stores test a pack, not each of its elements, and no grid offsets are computed. Model widths
  * such as 1600 columns take it. ncu, H200, 49152x1600 (bench/results/rows_grid_h200.txt):
@@ -497,6 +498,20 @@ template <class T> __host__ __device__ constexpr bool nd_block_pipe_ok(int packs
  * 0: the generic kernels (A/B runs). */
 #ifndef ND_ROWS_GRID_TWIN
 #define ND_ROWS_GRID_TWIN 1
+#endif
+/* 1: the warp kernel's grid twin also for groups of 2 and 4 lanes, for 16-bit rows that leave
+ * some lanes short of packs (24 columns in 2 lanes of 2 packs, 40 and 56 in 4 of 2); 0: groups
+ * of 8 lanes or more only. H100, three alternating rounds, float16 / bfloat16 % of the copy
+ * ceiling, generic kernel -> twin (bench/results/rows_grid_small_h100.txt): LayerNorm 40 columns
+ * 59.6 / 58.2 -> 81.8 / 79.6, 56 69.5 / 68.1 -> 91.6 / 90.2; RMSNorm 40 76.7 / 76.6 -> 89.0 /
+ * 88.5, 56 85.3 / 84.5 -> 92.8 / 91.5, 24 85.2 / 86.4 -> 89.7 / 89.7; softmax 40 74 -> 88, 56
+ * 80.5 -> 95.5, 24 85 -> 91; log_softmax 40 77 -> 87-87.5, 56 87 -> 95, 24 88 -> 90. Not for
+ * rows that fill every lane (16-bit softmax 64 columns on an H100, which its policy keeps off
+ * the exact twin, lost 10.5 in the twin), nor float32: its rows of 20 and 28 columns gained 4-13
+ * points but RMSNorm's, softmax's and log_softmax's of 24 (4 lanes, 2 of them a pack short) lost
+ * 7.6-11.3 (107.7 -> 100.1, 106.3 -> 95.5). Not measured on an H200. */
+#ifndef ND_ROWS_GRID_TWIN_SHORT16
+#define ND_ROWS_GRID_TWIN_SHORT16 1
 #endif
 enum { ND_XC_GRID = -1 }; /* a kernel's XC for its grid twin */
 /* 1: the exact block kernel of an op with two parameters (LayerNorm) loads them and stores y
@@ -1228,8 +1243,9 @@ static nd_status nd_rows_warp_launch(const nd_rows_args<T> &a, const typename Op
 
 /* The warp kernel for groups of W lanes x PACKS packs, R rows a group; its exact twin where
  * `exact` (the rows are W * PACKS * VEC columns on the grid and the policy takes the twin), else
- * for groups of 8 lanes or more its grid twin where `on_grid` (nd_rows_on_grid;
- * ND_ROWS_GRID_TWIN). */
+ * its grid twin where `on_grid` (nd_rows_on_grid; ND_ROWS_GRID_TWIN) for groups of 8 lanes or
+ * more, and for groups of 2 or 4 where 16-bit rows leave lanes short of packs
+ * (ND_ROWS_GRID_TWIN_SHORT16). */
 template <class Op, class T, int VEC, int PACKS, int W, int R>
 static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::Params &prm,
                                   bool exact, bool on_grid, const nd_cuda_device_info *di,
@@ -1240,8 +1256,11 @@ static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::P
             return nd_rows_warp_launch<Op, T, VEC, PACKS, W, R, W * PACKS * VEC>(a, prm, di, s,
                                                                                 name, err);
     }
-    if constexpr (ND_ROWS_GRID_TWIN && W >= 8) {
-        if (on_grid)
+    constexpr bool SMALL = ND_ROWS_GRID_TWIN_SHORT16 && sizeof(T) == 2 && W >= 2;
+    if constexpr (ND_ROWS_GRID_TWIN && (W >= 8 || SMALL)) {
+        /* groups of 8 lanes or more: every row on the grid; of 2 or 4: 16-bit rows that leave
+         * some lanes short of packs (ND_ROWS_GRID_TWIN_SHORT16) */
+        if (on_grid && (W >= 8 || a.cols < (int64_t)W * PACKS * VEC))
             return nd_rows_warp_launch<Op, T, VEC, PACKS, W, R, ND_XC_GRID>(a, prm, di, s, name,
                                                                              err);
     }
@@ -1332,9 +1351,10 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *   P <= kClusterMax * kBlockMax * PM   cluster kernel, the smallest power-of-two cluster
  *   else                         stream kernel (re-reads x: once per statistics round)
  * where PM = kRegBytes / 16 packs per thread.
- * The warp kernels (of groups of 8 lanes or more for the grid twin) and the plain block kernels
- * run their exact twin where the rows are the kernel's length (exact), else their grid twin where
- * the rows are on the grid (ND_ROWS_GRID_TWIN).
+ * The warp kernels (for the grid twin: groups of 8 lanes or more, or of 2 or 4 with 16-bit rows
+ * short of packs) and the plain block kernels run their exact twin where the rows are the
+ * kernel's length (exact), else their grid twin where the rows are on the grid
+ * (ND_ROWS_GRID_TWIN).
  */
 template <class Op, class T, class Pol>
 static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params &prm, cudaStream_t s,

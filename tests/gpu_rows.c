@@ -234,11 +234,11 @@ static void run_op_dtype(nd_op op, nd_dtype dt, uint64_t seed)
      * columns in 1-8 lanes of 3 packs, 320 / 384 in 8 lanes of 5 / 6, 640 / 896 in 16 of 5 / 7)
      * and the parameter pipe of ND_ROWS_PIPE_PARTIAL (576 in 32 lanes of 3, 1600 of 7, 3200 in
      * 128 threads of 4), which run the grid twins of the warp and block kernels
-     * (ND_ROWS_GRID_TWIN; 16-bit 200 in 8 lanes of 4, 392 in 16 of 4, float32 4800 in 512
-     * threads of 3, 20488 in a block of 1024 where the policy takes one), mean 0 and 1e4, and
-     * without parameters or statistics */
-    static const int64_t partial_widths[] = {24,  48,  96,  192,  200,  320,  384,  392,
-                                             576, 640, 896, 1600, 3200, 4800, 20488};
+     * (ND_ROWS_GRID_TWIN; 16-bit 200 in 8 lanes of 4, 392 in 16 of 4, 24 in 2 lanes of 2, 40
+     * and 56 in 4 of 2, float32 4800 in 512 threads of 3, 20488 in a block of 1024 where the
+     * policy takes one), mean 0 and 1e4, and without parameters or statistics */
+    static const int64_t partial_widths[] = {24,  40,  48,  56,  96,   192,  200,  320,  384,
+                                             392, 576, 640, 896, 1600, 3200, 4800, 20488};
     for (size_t i = 0; i < sizeof partial_widths / sizeof partial_widths[0]; i++)
         for (int m = 0; m < 3; m++) {
             rcase c = {op, dt, 37, partial_widths[i], 0, 0, m < 2, m < 2, m == 1 ? 1e4 : 0.0, 1.0};
