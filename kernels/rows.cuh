@@ -97,6 +97,11 @@ template <class T, int VEC> __device__ __forceinline__ int nd_grid_offset(const 
  * read-only-path loads: median -2.2 / -1.3 / -1.0 points of the copy ceiling over 192 shapes,
  * down to -20 / -24 / -13 (long rows, 16-bit 32 columns); the best gain +6.6 (float32 32 columns,
  * default stores) (bench/results/rows_hints_h100.txt). */
+/* Tried: a pack holding a row's first or last elements, off the 16-byte grid, loaded as its
+ * aligned 16 bytes with the elements outside the row then set to pad (one load, not one an
+ * element), and packs wholly outside the row neither loaded nor stored. H200, two alternating
+ * rounds: most rows off the grid within 2 points, block rows of 4097 columns -9 to -12 (float32
+ * RMSNorm 92.9 -> 85.0), 16-bit softmax 1001 79 -> 69 (bench/results/rows_edge_pack_h200.txt). */
 template <class T, int VEC, class I, bool WHOLE = false, bool GRID = false>
 __device__ __forceinline__ void nd_row_load_words(const T *row, I c0, I cols, float pad, uint32_t *o)
 {
