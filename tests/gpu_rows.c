@@ -795,12 +795,13 @@ Test(gpu_rows, plan_trace_names_the_pick)
         int whole;         /* the grid twin (ND_ROWS_GRID_TWIN): " whole-packs" in the plan */
     } cases[] = {/* off the grid, a row of 2048 spans 257 packs: a block's; split rows are exact
                     when whole chunks (ND_ROWS_SPLIT_EXACT); rows on the grid that no exact
-                    twin takes run a grid twin where 8 lanes or more or a block hold them */
+                    twin takes run a grid twin where 8 lanes or more or a block hold them, or
+                    2 or 4 lanes with some short of packs (ND_ROWS_GRID_TWIN_SHORT16: 40) */
                  {64, 128, 0, "tile W=", 0, 0},   {64, 127, 0, "warp W=", 0, 0},
                  {64, 2048, 0, "warp W=", 1, 0},  {64, 2048, 1, "block ", 0, 0},
                  {64, 4096, 0, "block ", 1, 0},   {64, 4096, 1, "block ", 0, 0},
                  {64, 4088, 0, "block ", 0, 1},   {64, 1600, 0, "warp W=32 ", 0, 1},
-                 {64, 200, 0, "warp W=8 ", 0, 1},
+                 {64, 200, 0, "warp W=8 ", 0, 1},  {64, 40, 0, "warp W=4 ", 0, 1},
                  {64, 1600, 1, "warp W=32 ", 0, 0}, {3, 1 << 20, 0, "split ", 1, 0},
                  {3, 1 << 20, 1, "split ", 0, 0}, {3, (1 << 20) - 8, 0, "split ", 0, 0}};
     const size_t es = 2;
