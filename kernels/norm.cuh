@@ -61,6 +61,13 @@ struct nd_norm_policy {
     static constexpr bool warp_fit(int, int, int, bool) { return true; }
     /* rows past kBlockMax x 8 packs take the split kernel, not one block of 1024 threads */
     static constexpr bool big_block(int, int, bool) { return false; }
+    /* rows off the 16-byte grid of at most this many packs of their own grid (ceil(cols / VEC))
+     * take the stage kernel (rows_stage.cuh): 10 (16-bit 80 columns, float32 40). H200, two
+     * alternating rounds against the warp kernel's generic form, % of the copy ceiling
+     * (bench/results/rows_stage_h200.txt): RMSNorm 16-bit 7 / 20 / 44 / 50 / 77 columns 51 /
+     * 45 / 46 / 45 / 39 -> 63 / 61 / 47 / 48 / 44, float32 7 63 -> 74; at 100-197 columns
+     * 16-bit lost 2-12, at 333-2047 2-22. */
+    static constexpr int stage_packs(int) { return 10; }
 };
 
 /* The policy an op runs with: Op::Policy where it names one, else nd_norm_policy. */

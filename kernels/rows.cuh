@@ -12,6 +12,9 @@
  *   tile     the warp kernel's rows, for the geometries the op's policy names, when x and y
  *            sit on the 16-byte grid (rows_tile.cuh): a block's rows come into shared memory by
  *            bulk copies (TMA), a few tiles of rows at once, instead of by each lane's loads.
+ *   stage    short rows off the 16-byte grid (rows_stage.cuh): a block's rows are one run of
+ *            memory, copied through shared memory in 16-byte packs, so the partial packs at the
+ *            rows' ends cost nothing in device memory.
  *   block    a block of 64..512 threads holds one row in registers (128 bytes per thread);
  *            all-reduce through shared memory, so every element of x is read from device memory
  *            exactly once: up to 16384 float32 / 32768 16-bit columns.
@@ -83,7 +86,7 @@ template <class T> struct nd_rows_args {
 };
 
 /* Elements from the start of a 16-byte-grid pack to p: 0 .. VEC-1. */
-template <class T, int VEC> __device__ __forceinline__ int nd_grid_offset(const T *p)
+template <class T, int VEC> __host__ __device__ __forceinline__ int nd_grid_offset(const T *p)
 {
     return (int)(((uintptr_t)p / sizeof(T)) & (VEC - 1));
 }
@@ -1274,6 +1277,7 @@ static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::P
 
 #include "rows_split.cuh"
 #include "rows_tile.cuh"
+#include "rows_stage.cuh"
 
 /* Threads of the big block: one block a row for rows past kBlockMax x PM packs, where the
  * policy's big_block(element bytes, packs a thread, fast) takes it instead of the split kernel. */
@@ -1331,11 +1335,17 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *   exact(element bytes, cols, fast)  whether rows of exactly a warp or block kernel's cols
  *                  columns, on the 16-byte grid, take that kernel's exact twin (ND_ROWS_EXACT)
  *                  on a device of the fast class or not
+ *   stage_packs(element bytes)  rows off the 16-byte grid (x's offset on it, or the width)
+ *                  of at most this many packs of their own grid take the stage kernel
+ *                  (rows_stage.cuh) where y shares x's offset, in the geometry that many packs
+ *                  get below (<= 16 * kSubPacks: a sub-warp geometry)
  *   warp_fit(element bytes, w, packs, fast)  whether rows on the grid of exactly w lanes x
  *                  packs packs, where the branches below would take 2w lanes with some short
  *                  of packs, take that fitted geometry's exact twin (ND_ROWS_WARP_FIT), on a
  *                  device of the fast class or not
- * Choice by P, the most 16-byte packs any row spans:
+ * Choice by P, the most 16-byte packs any row spans (for rows that take the stage kernel, the
+ * packs of the row's own grid, ceil(cols / VEC); the sub-warp branch's geometry then runs as the
+ * stage kernel):
  *   P <= 16 * kSubPacks          warp kernel, W = P / SP rounded up to a power of two lanes per
  *                                row, SP = kSubPacks packs per lane (kSubPacks / 2 below
  *                                8 * kSubPacks packs). H200: 2 packs per lane instead of 1 for
@@ -1377,7 +1387,15 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         return nd_error_set(err, ND_EINVAL, "%s: tensors must be aligned to their element size",
                             name);
     const bool rows_aligned = nd_aligned(a.x, 16) && a.cols % VEC == 0;
-    const int64_t P = rows_aligned ? a.cols / VEC : (a.cols + 2 * VEC - 2) / VEC;
+    /* rows off the grid of up to the policy's stage_packs packs of their own grid run the stage
+     * kernel (rows_stage.cuh), their geometry chosen from ceil(cols / VEC) packs */
+    static_assert(Pol::stage_packs(2) <= 16 * Pol::kSubPacks && Pol::stage_packs(4) <= 16 * Pol::kSubPacks,
+                  "stage rows are sub-warp rows");
+    const bool stage = !rows_aligned && (a.cols + VEC - 1) / VEC <= Pol::stage_packs((int)sizeof(T)) &&
+                       nd_rows_stage_ok(a);
+    const int64_t P = rows_aligned ? a.cols / VEC
+                      : stage      ? (a.cols + VEC - 1) / VEC
+                                   : (a.cols + 2 * VEC - 2) / VEC;
     const int64_t cap_block = (int64_t)Pol::kBlockMax * PM;
     const int max_cluster = di->cluster_launch ? Pol::kClusterMax : 1;
     const bool tile = nd_rows_tile_ok(a, di); /* the warp kernel's rows, x through the copy engine */
@@ -1419,6 +1437,13 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                 constexpr int R = nd_rows_warp_r<Pol>(W, PACKS);
                 const bool ex = exact(W * PACKS * VEC);
                 const bool full = a.cols == W * PACKS * VEC;
+                if constexpr (nd_rows_stage_any<Pol>((int)sizeof(T), W, PACKS)) {
+                    if (stage)
+                        return nd_rows_stage_run<Op, T, VEC, PACKS, W>(a, prm, di, s, name, err);
+                } else if (stage) { /* P counts the row's own packs: no warp kernel holds it */
+                    return nd_error_set(err, ND_EUNSUPPORTED, "%s: no stage kernel of %d x %d packs",
+                                        name, W, PACKS);
+                }
                 if constexpr (nd_rows_tiles_any<Pol>((int)sizeof(T), W, PACKS) > 0)
                     if (const int tiles = tile ? nd_rows_tiles<Pol>((int)sizeof(T), W, PACKS, fast, ex, full) : 0)
                         return nd_rows_tile_run<Op, T, VEC, PACKS, W>(a, prm, tiles, di, s, name, err);

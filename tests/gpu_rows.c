@@ -272,6 +272,39 @@ static void run_tile_cases(nd_op op, nd_dtype dt, uint64_t seed)
     }
 }
 
+/* The stage kernel (rows_stage.cuh) takes short rows off the 16-byte grid (up to the policy's
+ * stage_packs packs of their own grid), where x and y share their offset on it: a block's rows
+ * are one span, copied in and out in 16-byte packs, its first and last pack shared with the
+ * neighbouring blocks' spans. Here: many spans a call (row counts prime, so the last is
+ * partial), odd and even widths off the grid for both element sizes at every group width the
+ * policies stage (1 to 16 lanes) and just past the policies' limits (81: 11 packs of 16-bit;
+ * 257: LayerNorm's, 33 / 65 packs), x and y at offsets 0, 1 and 3 (spans at every offset;
+ * 16-bit rows of odd and even bases); with parameters and statistics, without, with a mean of
+ * 1e4; and x and y at different offsets (the warp kernel's generic form). */
+static const int64_t stage_shapes[][2] = {
+    {10007, 3}, {8191, 7},   {4099, 13},  {3001, 20},  {3001, 44}, {2053, 50}, {2053, 77},
+    {2053, 79}, {1031, 81},  {1031, 127}, {1031, 197}, {517, 255}, {517, 257},
+};
+
+Test(gpu_rows, stage_kernel_many_rows)
+{
+    need_device();
+    static const nd_op ops[] = {ND_OP_LAYERNORM, ND_OP_RMSNORM, ND_OP_SOFTMAX, ND_OP_LOG_SOFTMAX};
+    static const nd_dtype dts[] = {ND_FLOAT32, ND_FLOAT16, ND_BFLOAT16};
+    uint64_t rng = 0x7000;
+    for (int o = 0; o < 4; o++)
+        for (int d = 0; d < 3; d++)
+            for (size_t i = 0; i < sizeof stage_shapes / sizeof stage_shapes[0]; i++)
+                for (int v = 0; v < 4; v++) {
+                    static const int xo[] = {0, 1, 3, 1}, yo[] = {0, 1, 3, 0};
+                    rcase c = {ops[o], dts[d], stage_shapes[i][0], stage_shapes[i][1], xo[v],
+                               yo[v], v != 1, v != 1, v == 2 ? 1e4 : 0.0, 1.0};
+                    if (ops[o] == ND_OP_SOFTMAX || ops[o] == ND_OP_LOG_SOFTMAX)
+                        c.std = 3.0;
+                    run_case(&c, &rng);
+                }
+}
+
 #define OP_DTYPE_TEST(name, op, dt, seed)                                                          \
     Test(gpu_rows, name)                                                                           \
     {                                                                                              \
@@ -793,12 +826,17 @@ Test(gpu_rows, plan_trace_names_the_pick)
         const char *kind;
         int exact;         /* the exact twin (ND_ROWS_EXACT): " exact" in the plan */
         int whole;         /* the grid twin (ND_ROWS_GRID_TWIN): " whole-packs" in the plan */
-    } cases[] = {/* off the grid, a row of 2048 spans 257 packs: a block's; split rows are exact
+    } cases[] = {/* off the grid, softmax's rows of up to 10 packs of their own grid (80
+                    columns) take the stage kernel (rows_stage.cuh), longer ones the warp
+                    kernel's generic form, and a row of 2048 spans 257 packs: a block's; split
+                    rows are exact
                     when whole chunks (ND_ROWS_SPLIT_EXACT); rows on the grid that no exact
                     twin takes run a grid twin where 8 lanes or more or a block hold them, or
                     2 or 4 lanes with some short of packs (ND_ROWS_GRID_TWIN_SHORT16: 40) */
                  {64, 128, 0, "tile W=", 0, 0},   {64, 127, 0, "warp W=", 0, 0},
                  {64, 2048, 0, "warp W=", 1, 0},  {64, 2048, 1, "block ", 0, 0},
+                 {64, 50, 3, "stage W=4 packs=2 ", 0, 0}, {64, 79, 1, "stage W=8 packs=2 ", 0, 0},
+                 {64, 81, 0, "warp W=", 0, 0},
                  {64, 4096, 0, "block ", 1, 0},   {64, 4096, 1, "block ", 0, 0},
                  {64, 4088, 0, "block ", 0, 1},   {64, 1600, 0, "warp W=32 ", 0, 1},
                  {64, 200, 0, "warp W=8 ", 0, 1},  {64, 40, 0, "warp W=4 ", 0, 1},
