@@ -11,6 +11,10 @@
  * Op
  * ------------------------------------------------------------------------------------------- */
 
+#ifndef ND_RMS_TILE_FULL /* 1: nd_rmsnorm_policy::tile_tiles takes 4 x 2 only for rows that fill every lane */
+#define ND_RMS_TILE_FULL 1
+#endif
+
 #ifndef ND_RMS_SUB_FULL16 /* nd_rmsnorm_policy::sub_full(2) */
 #define ND_RMS_SUB_FULL16 16
 #endif
@@ -48,9 +52,19 @@ struct nd_rmsnorm_policy : nd_norm_policy {
     {
         return elem_bytes == 2 ? ND_RMS_SUB_FULL16 : 8 * kSubPacks;
     }
-    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast, bool, bool)
+    /* The tile kernel (rows_tile.cuh, 2 tiles a block) for 16-bit rows in 4 lanes of 4 packs
+     * (128 columns) and, on a fast device, of 2 packs where they fill every lane (64 columns;
+     * ND_RMS_TILE_FULL). Rows of 4 lanes of 2 packs that leave lanes short (40, 56 columns)
+     * take the warp kernel's grid twin instead: H200, three alternating rounds, float16 /
+     * bfloat16 % of the copy ceiling, tile -> twin: 40 columns 57.3 / 57.1 -> 83.7 / 83.3, 56
+     * 69.0 / 68.6 -> 82.5 / 83.0; 64 (still the tile) and float32 within the run's 1.1
+     * (bench/results/rms_tile_full_h200.txt). */
+    static constexpr int tile_tiles(int elem_bytes, int w, int packs, bool fast, bool, bool full)
     {
-        return elem_bytes == 2 && w == 4 && (packs == 4 || (fast && packs == 2)) ? 2 : 0;
+        return elem_bytes == 2 && w == 4 &&
+                       (packs == 4 || (fast && packs == 2 && (full || !ND_RMS_TILE_FULL)))
+                   ? 2
+                   : 0;
     }
     /* The exact twins (ND_ROWS_EXACT) but for float32 rows of 32 columns (H200, two alternating
      * rounds: 99.9 -> 94.8 / 96.5% of the copy ceiling) and, on a device that is not fast,
