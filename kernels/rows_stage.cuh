@@ -34,7 +34,10 @@
  * read as five 32-bit words funnel-shifted: lanes 8 apart hit the same bank, four-way conflicts
  * on every access (H100: 16-bit softmax 1001 / 2047 columns 67% of the copy ceiling against 92
  * in the warp kernel); and each thread's span packs loaded and stored one at a time (one memory
- * latency a pack: H200 3-20 points lower at 44-2047 columns than loading them together).
+ * latency a pack: H200 3-20 points lower at 44-2047 columns than loading them together). Tried
+ * after: two or four spans a block, the next span's loads issued before the current one is
+ * worked on (H200: two gained 1-4 points at 16-bit 44-79 columns and lost 9-19 at 7 and 20,
+ * where halving the grid leaves fewer blocks than the device holds; four lost up to 39).
  */
 #ifndef ND_ROWS_STAGE_CUH
 #define ND_ROWS_STAGE_CUH

@@ -137,7 +137,8 @@ template <bool LOG> struct nd_softmax_policy {
      * (bench/results/rows_stage_h200.txt): 7 columns 54 / 56 -> 71 / 72, 20 45 / 46 -> 67 / 64,
      * 44 42 / 47 -> 53 / 52, 50 42 / 45 -> 56 / 54, 77 39 / 40 -> 50 / 45; float32 7 69 / 70
      * -> 83 / 83, 50 66 / 68 -> 71 / 71. 100-197 columns: 16-bit from +3 to -12, float32 -5
-     * to +8; 333-2047: 16-bit -7 to -20, float32 to -17. */
+     * to +8; 333-2047: 16-bit -7 to -20, float32 to -17. H100, the kept rule: 16-bit 7-79
+     * columns +8 to +26, float32 7 +13 / +15. */
     static constexpr int stage_packs(int) { return 10; }
     /* Threads of a split kernel's chunk block (rows_split.cuh): 256, 8 packs each (32 KB of
      * float32, 64 KB of 16-bit). H100, three alternating rounds, 512 -> 256, % of the copy
