@@ -251,9 +251,22 @@ test-image: image-deps
 DEVICE_DEBS := libcriterion3 libgit2-1.5 libhttp-parser2.9 libmbedcrypto7 libmbedtls14 \
                libmbedx509-1 libnanomsg5 libssh2-1 libmicrohttpd12 libjansson4 wrk \
                libluajit-5.1-2 libluajit-5.1-common
-.PHONY: device-debs device-wheels
+.PHONY: device-debs device-wheels device-objs
 device-debs:
 	mkdir -p .deb && cd .deb && apt-get download $(DEVICE_DEBS)
+
+# The GPU tests and the kernel benchmark as objects, in $(BUILD)/carry/objs (about 35 MB: the
+# kernels library once, where each linked binary holds its own 30 MB of device code, so three of
+# them pass what one device call can carry). On the GPU machine, after bench/device_env.sh,
+# bench/device_link.sh links them into $(BUILD)/tests/gpu_* and $(BUILD)/bench/bench_gpu.
+device-objs: $(LIBS_ALL) $(TEST_UTIL_OBJ)
+	rm -rf $(BUILD)/carry/objs && mkdir -p $(BUILD)/carry/objs/util
+	set -e; for t in $(GPU_SRC); do \
+	  $(CC) $(filter-out -MMD -MP,$(CFLAGS)) -Itests -c $$t -o $(BUILD)/carry/objs/$$(basename $$t .c).o; \
+	done
+	cp $(LIBS_ALL) $(BUILD)/carry/objs/
+	cp $(TEST_UTIL_OBJ) $(BUILD)/carry/objs/util/
+	du -sh $(BUILD)/carry/objs
 
 # The Python tests' wheels for the GPU machine's Python (DEVICE_PYTHON, 3.12 on Ubuntu 24.04),
 # tritonclient's CUDA helpers included, into $(BUILD)/whl; numpy is left out (the GPU machine has

@@ -2,7 +2,9 @@
 # gpu_check.sh - one call on the GPU machine: the GPU tests, the kernel benchmark, PyTorch on the
 # same shapes, and the joined table last. Logs and CSVs go to $OUT (or bench/results/run).
 # Build first where the toolchain is (make build/tests/gpu_rows build/bench/bench_gpu), carry
-# build/ and .deb/, and source bench/device_env.sh before this on a machine without packages.
+# build/ and .deb/, and source bench/device_env.sh before this on a machine without packages. Or,
+# where whole binaries are too much to carry, carry build/carry/objs (make device-objs) and .deb/
+# and run bench/device_link.sh there first (BIN=build).
 #
 #   BIN=build                   where tests/gpu_* and bench/bench_gpu are (a carried subset of
 #                               build/ works: BIN=build/carry)
