@@ -1391,11 +1391,10 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
      * kernel (rows_stage.cuh), their geometry chosen from ceil(cols / VEC) packs */
     static_assert(Pol::stage_packs(2) <= 16 * Pol::kSubPacks && Pol::stage_packs(4) <= 16 * Pol::kSubPacks,
                   "stage rows are sub-warp rows");
-    const bool stage = !rows_aligned && (a.cols + VEC - 1) / VEC <= Pol::stage_packs((int)sizeof(T)) &&
+    const int64_t own_packs = (a.cols + VEC - 1) / VEC;
+    const bool stage = !rows_aligned && own_packs <= Pol::stage_packs((int)sizeof(T)) &&
                        nd_rows_stage_ok(a);
-    const int64_t P = rows_aligned ? a.cols / VEC
-                      : stage      ? (a.cols + VEC - 1) / VEC
-                                   : (a.cols + 2 * VEC - 2) / VEC;
+    const int64_t P = rows_aligned ? a.cols / VEC : stage ? own_packs : (a.cols + 2 * VEC - 2) / VEC;
     const int64_t cap_block = (int64_t)Pol::kBlockMax * PM;
     const int max_cluster = di->cluster_launch ? Pol::kClusterMax : 1;
     const bool tile = nd_rows_tile_ok(a, di); /* the warp kernel's rows, x through the copy engine */
