@@ -1208,6 +1208,21 @@ template <class T> static inline bool nd_rows_on_grid(const nd_rows_args<T> &a)
 #ifndef ND_ROWS_WARP_FIT
 #define ND_ROWS_WARP_FIT 1
 #endif
+/* 1: rows on the grid that all W lanes of the policy's group hold exactly in one pack fewer than
+ * it names (kSubPacks - 1 = 3: 16-bit 192 columns in 8 lanes of 3 packs, 384 in 16 of 3, float32
+ * 192 in 16 of 3) take that geometry's exact twin where the policy's warp_fit says so, ahead of
+ * the half-lanes fit above (192: 4 lanes of 6; 384: 8 of 6) and of W lanes of 4 with every lane a
+ * pack short. H200, three alternating rounds, % of the copy ceiling, float16 / bfloat16
+ * (bench/results/rows_fit_down.txt): RMSNorm 192 88.0 / 87.1 -> 94.3 / 94.0, 384 93.4 / 93.5 ->
+ * 97.0 / 96.8; softmax 192 90.8 -> 95.3 / 95.6, 384 93.0 -> 97.6; log_softmax 192 92.5 / 92.6 ->
+ * 95.3 / 94.9, 384 94.6 / 94.8 -> 97.3 / 97.1; LayerNorm 384 91.9 / 91.1 -> 93.1 / 90.9 (its
+ * 192 took 8 of 3 already); float32 192 LayerNorm 93.9 -> 97.0, softmax 95.8 -> 97.0,
+ * log_softmax 95.3 -> 97.4. H100, the kept rule: every changed shape -0.3 to +1.7 (softmax
+ * 16-bit 192 95.4-95.7 -> 97.1-97.3, 384 97.0-97.2 -> 98.6-98.9; LayerNorm 16-bit 384 96.5-96.7
+ * -> 97.3-97.5). 2: always, whatever the policy says (A/B runs); 0: never. */
+#ifndef ND_ROWS_WARP_FIT_DOWN
+#define ND_ROWS_WARP_FIT_DOWN 1
+#endif
 /* Whether rows of exactly w lanes x packs packs take that fitted geometry: the policy's
  * warp_fit(element bytes, w, packs, fast), or every one under ND_ROWS_WARP_FIT 2. */
 template <class Pol> constexpr bool nd_rows_warp_fit(int elem_bytes, int w, int packs, bool fast)
@@ -1341,8 +1356,9 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *                  get below (<= 16 * kSubPacks: a sub-warp geometry)
  *   warp_fit(element bytes, w, packs, fast)  whether rows on the grid of exactly w lanes x
  *                  packs packs, where the branches below would take 2w lanes with some short
- *                  of packs, take that fitted geometry's exact twin (ND_ROWS_WARP_FIT), on a
- *                  device of the fast class or not
+ *                  of packs (ND_ROWS_WARP_FIT) or w lanes of packs + 1 with every lane a pack
+ *                  short (ND_ROWS_WARP_FIT_DOWN, packs = kSubPacks - 1), take that fitted
+ *                  geometry's exact twin, on a device of the fast class or not
  * Choice by P, the most 16-byte packs any row spans (for rows that take the stage kernel, the
  * packs of the row's own grid, ceil(cols / VEC); the sub-warp branch's geometry then runs as the
  * stage kernel):
@@ -1391,6 +1407,10 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
      * kernel (rows_stage.cuh), their geometry chosen from ceil(cols / VEC) packs */
     static_assert(Pol::stage_packs(2) <= 16 * Pol::kSubPacks && Pol::stage_packs(4) <= 16 * Pol::kSubPacks,
                   "stage rows are sub-warp rows");
+    /* rows short of sub_full packs take kSubPacks / 2 packs a lane in at most 16 lanes: a larger
+     * sub_full (a policy knob) would leave the packs past 16 lanes out of the row */
+    static_assert(Pol::sub_full(2) <= 8 * Pol::kSubPacks && Pol::sub_full(4) <= 8 * Pol::kSubPacks,
+                  "sub_full is at most 16 lanes of kSubPacks / 2 packs");
     const int64_t own_packs = (a.cols + VEC - 1) / VEC;
     const bool stage = !rows_aligned && own_packs <= Pol::stage_packs((int)sizeof(T)) &&
                        nd_rows_stage_ok(a);
@@ -1418,6 +1438,16 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         constexpr int LW = SP == Pol::kSubPacks ? nd_log2_ceil(Pol::sub_full(sizeof(T)) / SP) : 0;
         return nd_rows_pick<LW, 4>(log2w, [&](auto lw) {
             constexpr int W = 1 << decltype(lw)::value;
+            /* ND_ROWS_WARP_FIT_DOWN: all W lanes of SP - 1 packs, holding the row exactly,
+             * where W lanes of SP would leave every lane a pack short */
+            if constexpr (ND_ROWS_WARP_FIT_DOWN && ND_ROWS_EXACT && W >= 2 && SP >= 4) {
+                constexpr int PACKS = SP - 1, XC = W * PACKS * VEC;
+                if (P == W * PACKS && exact(XC) &&
+                    (ND_ROWS_WARP_FIT_DOWN == 2 ||
+                     nd_rows_warp_fit<Pol>((int)sizeof(T), W, PACKS, fast)))
+                    return nd_rows_warp_launch<Op, T, VEC, PACKS, W, nd_rows_warp_r<Pol>(W, PACKS),
+                                               XC>(a, prm, di, s, name, err);
+            }
             /* ND_ROWS_WARP_FIT: W / 2 lanes of more than SP packs each, holding the row exactly */
             if constexpr (ND_ROWS_WARP_FIT && ND_ROWS_EXACT && W >= 2 && SP >= 2) {
                 constexpr int WF = W / 2;

@@ -113,10 +113,11 @@ template <bool LOG> struct nd_softmax_policy {
      * lanes of 5 and 7 packs: on an H200 (three alternating rounds, bench/results/
      * rows_fit_big_h200.txt) 640 columns 81.6-84.3 -> 97.2-97.5 (softmax and log_softmax), 896
      * 87.9-88.7 -> 96.2-97.1. (One lane of 3 and 8 of 7 were not measured on an H200 and keep
-     * the H100's choice.) */
+     * the H100's choice.) And 16 lanes of 3 (ND_ROWS_WARP_FIT_DOWN: 16-bit 384 columns, float32
+     * 192): H200 93.0 -> 97.6 and 95.3-95.8 -> 97.0-97.4 (bench/results/rows_fit_down.txt). */
     static constexpr bool warp_fit(int elem_bytes, int w, int packs, bool fast)
     {
-        return (w >= 2 && w <= 8 && packs <= 6) ||
+        return (w >= 2 && w <= 8 && packs <= 6) || (w == 16 && packs == 3) ||
                (fast && elem_bytes == 2 && w == 16 && (packs == 5 || packs == 7));
     }
     /* float32 rows of 6145-8192 packs take one block of 1024 threads a row, not the split kernel's

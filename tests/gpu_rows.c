@@ -231,7 +231,8 @@ static void run_op_dtype(nd_op op, nd_dtype dt, uint64_t seed)
     }
     /* rows on the 16-byte grid that the power-of-two groups leave some lanes or threads short of
      * packs for (widths of models): the fitted geometries of ND_ROWS_WARP_FIT (16-bit 24-192
-     * columns in 1-8 lanes of 3 packs, 320 / 384 in 8 lanes of 5 / 6, 640 / 896 in 16 of 5 / 7)
+     * columns in 1-8 lanes of 3 packs, 320 in 8 lanes of 5, 640 / 896 in 16 of 5 / 7), of
+     * ND_ROWS_WARP_FIT_DOWN (384 in 16 lanes of 3, float32 192)
      * and the parameter pipe of ND_ROWS_PIPE_PARTIAL (576 in 32 lanes of 3, 1600 of 7, 3200 in
      * 128 threads of 4), which run the grid twins of the warp and block kernels
      * (ND_ROWS_GRID_TWIN; 16-bit 200 in 8 lanes of 4, 392 in 16 of 4, 24 in 2 lanes of 2, 40
@@ -832,7 +833,9 @@ Test(gpu_rows, plan_trace_names_the_pick)
                     rows are exact
                     when whole chunks (ND_ROWS_SPLIT_EXACT); rows on the grid that no exact
                     twin takes run a grid twin where 8 lanes or more or a block hold them, or
-                    2 or 4 lanes with some short of packs (ND_ROWS_GRID_TWIN_SHORT16: 40) */
+                    2 or 4 lanes with some short of packs (ND_ROWS_GRID_TWIN_SHORT16: 40);
+                    rows that all lanes of a group hold in 3 packs run that exact geometry
+                    (ND_ROWS_WARP_FIT_DOWN: 192, 384) */
                  {64, 128, 0, "tile W=", 0, 0},   {64, 127, 0, "warp W=", 0, 0},
                  {64, 2048, 0, "warp W=", 1, 0},  {64, 2048, 1, "block ", 0, 0},
                  {64, 50, 3, "stage W=4 packs=2 ", 0, 0}, {64, 79, 1, "stage W=8 packs=2 ", 0, 0},
@@ -840,6 +843,7 @@ Test(gpu_rows, plan_trace_names_the_pick)
                  {64, 4096, 0, "block ", 1, 0},   {64, 4096, 1, "block ", 0, 0},
                  {64, 4088, 0, "block ", 0, 1},   {64, 1600, 0, "warp W=32 ", 0, 1},
                  {64, 200, 0, "warp W=8 ", 0, 1},  {64, 40, 0, "warp W=4 ", 0, 1},
+                 {64, 192, 0, "warp W=8 packs=3 ", 1, 0}, {64, 384, 0, "warp W=16 packs=3 ", 1, 0},
                  {64, 1600, 1, "warp W=32 ", 0, 0}, {3, 1 << 20, 0, "split ", 1, 0},
                  {3, 1 << 20, 1, "split ", 0, 0}, {3, (1 << 20) - 8, 0, "split ", 0, 0}};
     const size_t es = 2;
