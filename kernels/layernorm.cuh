@@ -138,7 +138,9 @@ template <int ELEM_BYTES> struct nd_norm_raw : std::integral_constant<bool, ELEM
  * 2 packs hold both packs' parameters from the start (nd_layernorm_op::param_hold), and 2 packs
  * a lane are faster: H100, three alternating rounds, 128 columns at 4 packs a lane 87.3 / 87.2,
  * at 2 packs 88.2 / 87.4, at 2 packs holding their parameters 90.7 / 90.9; 64-512 columns within
- * 0.4 (bench/results/rows_split_h100.txt). */
+ * 0.4 (bench/results/rows_split_h100.txt). On an H200 too, both holding their parameters (two
+ * alternating rounds): 128 columns in 4 lanes of 4 (sub_full 16) 85.8 / 83.5 -> 81.4 / 80.0, and
+ * through the tile kernel in 4 lanes of 4 77.3 / 76.3 (bench/results/rows_fit_down.txt). */
 struct nd_layernorm_policy : nd_norm_policy {
     /* Chunks of 256 threads for 16-bit rows too: min_blocks gives them 80 registers (3 blocks an
      * SM), where 8 packs a thread, two parameters and their pipe fit without spilling (512

@@ -43,7 +43,10 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * alternating rounds, % of the copy ceiling (bench/results/rows_rif8.txt): float32 64
      * columns 96.8 -> 100.1, 16-bit 128 104.3 -> 104.3 / 104.8; 4 packs (R = 2): 95.7. Groups of
      * 8 lanes of 4 packs (float32 128) lost 1.9 at 8; LayerNorm lost 2.4 to 20 at 4 or 8 (its
-     * 2-pack lanes hold their parameters too, and spilled 88-960 bytes at 8). */
+     * 2-pack lanes hold their parameters too, and spilled 88-960 bytes at 8). Lanes of 3 packs
+     * at 6 (2 rows; H200, two alternating rounds): 16-bit 192 / 384 / 768 columns 94.1-94.2 /
+     * 96.3-97.0 / 97.7-98.1 -> 87.6-87.8 / 93.5 / 95.6-96.4, float32 384 -1.1
+     * (bench/results/rows_fit_down.txt). */
     static constexpr int rows_in_flight(int w, int packs)
     {
         return w == 4 ? 4 : w == 8 && packs <= 2 ? 8 : 2;
