@@ -93,7 +93,10 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * there: on an H200 (three alternating rounds, bench/results/rows_fit_big_h200.txt) 8 lanes
      * of 6 (384 columns) 88.6-88.8 -> 93.2-93.3, 16 of 5 (640) 88.3-88.5 -> 96.5-96.6, 16 of 7
      * (896) 90.5-90.9 -> 96.4-96.5, 4 of 6 (192) within 0.4; float32 8 lanes of 6 (192) lost 2.2.
-     * The others (one lane of 3, 8 of 7) were not measured on an H200 and keep the H100's. */
+     * The others (one lane of 3, 8 of 7) were not measured on an H200 and keep the H100's.
+     * Since ND_ROWS_WARP_FIT_DOWN, 16-bit 192 and 384 columns take 8 and 16 lanes of 3 before
+     * the 4 and 8 lanes of 6 here are asked (H200: 192 88 -> 94, 384 93.4 -> 97;
+     * bench/results/rows_fit_down.txt). */
     static constexpr bool warp_fit(int elem_bytes, int w, int packs, bool fast)
     {
         const bool fast_fit = fast && (((w == 4 || w == 8) && packs == 6) ||
