@@ -602,6 +602,15 @@ constexpr int nd_rows_min_blocks(int kind, int elem_bytes, int packs, int thread
     }
 }
 
+/* The launch bounds' blocks an SM of a kernel in the warp kernel's geometry (lanes of PACKS
+ * packs) in blocks of BLOCK threads: the op's min_blocks for ND_CTX_WARP, else enough blocks for
+ * ND_ROWS_WARP_MIN_THREADS_PER_SM threads (the warp and stage kernels). */
+template <class Op, class T, int PACKS, int BLOCK> constexpr int nd_rows_warp_min_blocks()
+{
+    return nd_rows_min_blocks<Op>(ND_CTX_WARP, (int)sizeof(T), PACKS, BLOCK,
+                                  ND_ROWS_WARP_MIN_THREADS_PER_SM / BLOCK);
+}
+
 /* Packs of parameters a warp-kernel lane of PACKS packs keeps in flight (nd_param_pipe's HOLD):
  * all of them where the op's param_hold(element bytes, PACKS) (or ND_ROWS_PARAM_HOLD) says so,
  * else 1. */
@@ -671,10 +680,7 @@ template <int W, int R, int PACKS, int VEC, int XC = 0> struct nd_warp_ctx {
 
 template <class Op, class T, int VEC, int PACKS, int W, int R, int XC = 0>
 __global__ void __launch_bounds__(ND_ROWS_WARP_BLOCK,
-                                  nd_rows_min_blocks<Op>(ND_CTX_WARP, (int)sizeof(T), PACKS,
-                                                         ND_ROWS_WARP_BLOCK,
-                                                         ND_ROWS_WARP_MIN_THREADS_PER_SM /
-                                                             ND_ROWS_WARP_BLOCK))
+                                  (nd_rows_warp_min_blocks<Op, T, PACKS, ND_ROWS_WARP_BLOCK>()))
 nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
 {
     constexpr int GPW = 32 / W; /* groups per warp */

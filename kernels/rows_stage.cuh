@@ -107,10 +107,7 @@ __device__ __forceinline__ void nd_stage_param(const T *p, int c, int cols, bool
 
 template <class Op, class T, int VEC, int PACKS, int W>
 __global__ void __launch_bounds__(ND_ROWS_STAGE_BLOCK,
-                                  nd_rows_min_blocks<Op>(ND_CTX_WARP, (int)sizeof(T), PACKS,
-                                                         ND_ROWS_STAGE_BLOCK,
-                                                         ND_ROWS_WARP_MIN_THREADS_PER_SM /
-                                                             ND_ROWS_STAGE_BLOCK))
+                                  (nd_rows_warp_min_blocks<Op, T, PACKS, ND_ROWS_STAGE_BLOCK>()))
 nd_rows_stage_kernel(nd_rows_args<T> a, typename Op::Params prm)
 {
     constexpr int G = ND_ROWS_STAGE_BLOCK / W; /* rows of a span */

@@ -78,6 +78,13 @@ typedef struct rcase {
     double mean, std;   /* of x */
 } rcase;
 
+/* The standard deviation of x for an op's cases: softmax and log_softmax take exp over many
+ * orders of magnitude at 3; the norms see 1. */
+static double case_std(nd_op op)
+{
+    return op == ND_OP_SOFTMAX || op == ND_OP_LOG_SOFTMAX ? 3.0 : 1.0;
+}
+
 static void run_case(const rcase *c, uint64_t *rng)
 {
     const nd_dtype dt = c->dt;
@@ -201,8 +208,7 @@ static void run_op_dtype(nd_op op, nd_dtype dt, uint64_t seed)
         case 4: c.xoff = 1; c.yoff = 0; c.stats = 0; break; /* x and y on different offsets */
         default: break;
         }
-        if (op == ND_OP_SOFTMAX || op == ND_OP_LOG_SOFTMAX)
-            c.std = 3.0; /* exp over many orders of magnitude */
+        c.std = case_std(op);
         run_case(&c, &rng);
     }
     /* random shapes, every variation drawn independently */
@@ -220,7 +226,7 @@ static void run_op_dtype(nd_op op, nd_dtype dt, uint64_t seed)
         c.params = (int)(nd_rand_u64(&rng) % 2);
         c.stats = (int)(nd_rand_u64(&rng) % 2);
         c.mean = nd_rand_u64(&rng) % 4 == 0 ? 1e4 : 0.0;
-        c.std = (op == ND_OP_SOFTMAX || op == ND_OP_LOG_SOFTMAX) ? 3.0 : 1.0;
+        c.std = case_std(op);
         run_case(&c, &rng);
     }
     /* a mean of 1e4 on every path, x aligned and not */
@@ -242,9 +248,8 @@ static void run_op_dtype(nd_op op, nd_dtype dt, uint64_t seed)
                                              392, 576, 640, 896, 1600, 3200, 4800, 20488};
     for (size_t i = 0; i < sizeof partial_widths / sizeof partial_widths[0]; i++)
         for (int m = 0; m < 3; m++) {
-            rcase c = {op, dt, 37, partial_widths[i], 0, 0, m < 2, m < 2, m == 1 ? 1e4 : 0.0, 1.0};
-            if (op == ND_OP_SOFTMAX || op == ND_OP_LOG_SOFTMAX)
-                c.std = 3.0;
+            rcase c = {op, dt, 37, partial_widths[i], 0, 0, m < 2, m < 2, m == 1 ? 1e4 : 0.0,
+                       case_std(op)};
             run_case(&c, &rng);
         }
 }
@@ -265,9 +270,7 @@ static void run_tile_cases(nd_op op, nd_dtype dt, uint64_t seed)
     for (size_t i = 0; i < sizeof tile_shapes / sizeof tile_shapes[0]; i++) {
         for (int v = 0; v < 3; v++) {
             rcase c = {op, dt, tile_shapes[i][0], tile_shapes[i][1], 0, 0, v == 0, v == 0,
-                       v == 2 ? 1e4 : 0.0, 1.0};
-            if (op == ND_OP_SOFTMAX || op == ND_OP_LOG_SOFTMAX)
-                c.std = 3.0;
+                       v == 2 ? 1e4 : 0.0, case_std(op)};
             run_case(&c, &rng);
         }
     }
@@ -299,9 +302,7 @@ Test(gpu_rows, stage_kernel_many_rows)
                 for (int v = 0; v < 4; v++) {
                     static const int xo[] = {0, 1, 3, 1}, yo[] = {0, 1, 3, 0};
                     rcase c = {ops[o], dts[d], stage_shapes[i][0], stage_shapes[i][1], xo[v],
-                               yo[v], v != 1, v != 1, v == 2 ? 1e4 : 0.0, 1.0};
-                    if (ops[o] == ND_OP_SOFTMAX || ops[o] == ND_OP_LOG_SOFTMAX)
-                        c.std = 3.0;
+                               yo[v], v != 1, v != 1, v == 2 ? 1e4 : 0.0, case_std(ops[o])};
                     run_case(&c, &rng);
                 }
 }
@@ -355,9 +356,7 @@ Test(gpu_rows, exact_kernels)
                     const int64_t cols = exact_widths[i];
                     const int64_t rows = cols <= 2048 ? 37 : cols <= 32768 ? 5 : 3;
                     rcase c = {ops[o], dts[d], rows, cols, 0, 0, v == 0, v == 0,
-                               v == 2 ? 1e4 : 0.0, 1.0};
-                    if (ops[o] == ND_OP_SOFTMAX || ops[o] == ND_OP_LOG_SOFTMAX)
-                        c.std = 3.0;
+                               v == 2 ? 1e4 : 0.0, case_std(ops[o])};
                     run_case(&c, &rng);
                 }
 }
