@@ -300,20 +300,37 @@ template <class T, int N> struct nd_regrow {
         for (int k = 0; k < 4; k++)
             w[i * 4 + k] = o[k];
     }
+    /* element h (0: low half, 1: high) of a word of two 16-bit elements, widened */
+    static __device__ __forceinline__ float half_of(uint32_t u, int h)
+    {
+        if constexpr (std::is_same<T, __half>::value) {
+            __half2 p;
+            memcpy(&p, &u, sizeof p);
+            return h ? __high2float(p) : __low2float(p);
+        } else {
+            return __uint_as_float(h ? (u & 0xffff0000u) : (u << 16));
+        }
+    }
+    /* the element-wise max of two words of two 16-bit elements (one HMNMX2; as fmaxf, a NaN
+     * loses to a number) */
+    static __device__ __forceinline__ uint32_t max2(uint32_t a, uint32_t b)
+    {
+        typedef typename std::conditional<std::is_same<T, __half>::value, __half2,
+                                          __nv_bfloat162>::type P2;
+        P2 pa, pb;
+        memcpy(&pa, &a, 4);
+        memcpy(&pb, &b, 4);
+        pa = __hmax2(pa, pb);
+        memcpy(&a, &pa, 4);
+        return a;
+    }
     __device__ __forceinline__ float get(int e) const
     {
-        if constexpr (sizeof(T) == 4) {
+        /* bit operations only: taking the address of w[] would put the row in local memory */
+        if constexpr (sizeof(T) == 4)
             return __uint_as_float(w[e]);
-        } else if constexpr (std::is_same<T, __half>::value) {
-            /* bit operations only: taking the address of w[] would put the row in local memory */
-            uint32_t u = w[e / 2];
-            __half2 h;
-            memcpy(&h, &u, sizeof h);
-            return (e & 1) ? __high2float(h) : __low2float(h);
-        } else {
-            uint32_t u = w[e / 2];
-            return __uint_as_float((e & 1) ? (u & 0xffff0000u) : (u << 16));
-        }
+        else
+            return half_of(w[e / 2], e & 1);
     }
     /* The largest element, with packed 16-bit max where the type allows (exact, and it keeps
      * the compiler from widening the whole row to float registers at once). */
@@ -326,16 +343,42 @@ template <class T, int N> struct nd_regrow {
                 m = fmaxf(m, __uint_as_float(w[i]));
             return m;
         } else {
-            typedef typename std::conditional<std::is_same<T, __half>::value, __half2,
-                                              __nv_bfloat162>::type P2;
-            P2 m, t;
-            memcpy(&m, &w[0], 4);
+            uint32_t m = w[0];
 #pragma unroll
-            for (int i = 1; i < kWords; i++) {
-                memcpy(&t, &w[i], 4);
-                m = __hmax2(m, t);
+            for (int i = 1; i < kWords; i++)
+                m = max2(m, w[i]);
+            return fmaxf(half_of(m, 0), half_of(m, 1));
+        }
+    }
+    /* m[j] = the largest of element j of packs 0 .. n - 1 (1 <= n <= N / VEC), pack i holding
+     * elements i * VEC .. i * VEC + VEC - 1: a column's max over the packs a thread holds of it
+     * (softmax_axis.cu's slabs), packed for 16-bit elements (half an instruction an element
+     * where widening each and taking fmaxf is two). */
+    template <int VEC> __device__ __forceinline__ void max_cols(int n, float (&m)[VEC]) const
+    {
+        static_assert(N % VEC == 0 && VEC % 2 == 0, "whole packs of whole words");
+        constexpr int PACKS = N / VEC;
+        if constexpr (sizeof(T) == 4) {
+#pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                m[j] = __uint_as_float(w[j]);
+#pragma unroll
+                for (int i = 1; i < PACKS; i++)
+                    if (i < n)
+                        m[j] = fmaxf(m[j], __uint_as_float(w[i * VEC + j]));
             }
-            return fmaxf(__low2float(m), __high2float(m));
+        } else {
+            constexpr int WP = VEC / 2; /* words a pack */
+#pragma unroll
+            for (int k = 0; k < WP; k++) {
+                uint32_t a = w[k];
+#pragma unroll
+                for (int i = 1; i < PACKS; i++)
+                    if (i < n)
+                        a = max2(a, w[i * WP + k]);
+                m[2 * k] = half_of(a, 0);
+                m[2 * k + 1] = half_of(a, 1);
+            }
         }
     }
     __device__ __forceinline__ void set(int e, float v)
@@ -477,6 +520,31 @@ __device__ __forceinline__ float nd_exp_le0(float d)
 {
     float r;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.4426950408889634f));
+    return r;
+}
+
+/*
+ * exp(d) / s for d = x - max <= 0 and a column's sum s >= 1, given f = nd_exp_div_factor(s) =
+ * -log2(s): one ex2.approx of fma(d, log2 e, f), where exp(d) * (1 / s) takes a multiplication
+ * more an element (and a reciprocal with its slow path a column; lg2.approx is one instruction).
+ * Its bound, as nd_exp_le0's: lg2.approx is within 2^-22 (absolute) of log2 s; the fma's result r
+ * = d log2 e - log2 s rounds at 2^-24 of |r|, and |r| <= 17 wherever the output 2^r is above
+ * float32's absolute 1e-5 (|r| < 1 where it is above 1/2); ex2.approx adds 2^-22 relative. So an
+ * output is within 1e-6 of exp(d) / s relative, far inside float32's 1e-5 and half an ulp of
+ * float16 / bfloat16. Results below 2^-126 flush to 0, as nd_exp_le0's. Used by softmax over a
+ * non-last axis (softmax_axis.cu), whose 16-bit kernels issue an instruction for every byte or
+ * two they move.
+ */
+__device__ __forceinline__ float nd_exp_div_factor(float s)
+{
+    float r;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
+    return -r;
+}
+__device__ __forceinline__ float nd_exp_div(float d, float f)
+{
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(fmaf(d, 1.4426950408889634f, f)));
     return r;
 }
 

@@ -35,7 +35,17 @@
  *     Two reads of x, not three, and the whole GPU busy however few columns there are.
  *
  * Arithmetic is in float32: exp as one ex2.approx (see nd_exp_le0 for why that meets the tolerance
- * rule), the accurate logf. Offsets are 64-bit.
+ * rule), the accurate logf. Offsets are 64-bit. The 16-bit kernels issue about an instruction for
+ * every byte they move (ncu: ~27 an element), so they spend few: a column's max in packed 16-bit
+ * max over the words as loaded (half an instruction an element, not a widening and an fmaxf), and
+ * softmax's output as one ex2.approx of fma(x - max, log2 e, -log2 sum) (nd_exp_div, not exp
+ * times 1 / sum). H100, three alternating rounds, two calls (bench/results/axis_exp_div_h100.txt),
+ * % of the copy ceiling: softmax 16-bit (512,896,4,12) 81.3-82.1 -> 83.3-85.1, (32,1000,56,56)
+ * 83.5-83.9 -> 85.5-86.7, (128,128,16,16) 82.5-83.6 -> 84.7-84.9, (65536,8,128) 96.4-96.7 ->
+ * 97.6-97.7; log_softmax 16-bit slabs +0.8 to +1.3; float32 and (8,32768,64) within 1.2. Tried
+ * there too: float16 sums taking exp(x - max) as ex2.approx(fma(x, log2 e, -max log2 e)), the
+ * rounding of max log2 e put right by one ex2 a column: float16 slabs lost 0.7-1.3 against the kept
+ * form.
  *
  * Tried and rejected (H200, bench_gpu --suite axis, % of the same-run copy ceiling, softmax
  * float32 / float16; tables in bench/results/axis_variants_h200.txt):
@@ -267,6 +277,24 @@ struct axis_pack {
         memcpy(r.w, &u, sizeof u);
     }
     __device__ __forceinline__ float get(int j) const { return r.get(j); }
+    /* m[j] = the largest element j of packs v[k], k < n (-inf when n is 0): a column's max over
+     * the rows a thread holds, in packed 16-bit max (half an instruction an element where
+     * widening each and taking fmaxf is two) */
+    template <int R>
+    static __device__ __forceinline__ void rows_max(const axis_pack (&v)[R], int n, float (&m)[P])
+    {
+        typedef nd_regrow<T, P> RG;
+#pragma unroll
+        for (int q = 0; q < RG::kWords; q++) {
+            uint32_t a = v[0].r.w[q];
+#pragma unroll
+            for (int k = 1; k < R; k++)
+                if (k < n)
+                    a = RG::max2(a, v[k].r.w[q]);
+            m[2 * q] = n > 0 ? RG::half_of(a, 0) : -INFINITY;
+            m[2 * q + 1] = n > 0 ? RG::half_of(a, 1) : -INFINITY;
+        }
+    }
     /* Between passes over the row: the words look rewritten, so the compiler widens them again
      * rather than keeping widened copies live. A guard, not a measured gain: ptxas reported the
      * same register counts with and without it (the tuned build has it). */
@@ -293,6 +321,18 @@ template <class T, int P> struct axis_pack<T, P, false> {
     nd_pack<T, P> v;
     __device__ __forceinline__ void load(const T *p) { v = *reinterpret_cast<const nd_pack<T, P> *>(p); }
     __device__ __forceinline__ float get(int j) const { return nd_to_float(v.v[j]); }
+    template <int R>
+    static __device__ __forceinline__ void rows_max(const axis_pack (&v)[R], int n, float (&m)[P])
+    {
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            m[j] = -INFINITY;
+#pragma unroll
+            for (int k = 0; k < R; k++)
+                if (k < n)
+                    m[j] = fmaxf(m[j], v[k].get(j));
+        }
+    }
     __device__ __forceinline__ void fence() {}
     static __device__ __forceinline__ void store(T *p, const float (&o)[P])
     {
@@ -441,33 +481,35 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
             v[k].load(xp + k * step);
 
     float m[P], s[P], ml[P], e[KEEP ? R : 1][P];
+    pack::rows_max(v, nrows, m);
 #pragma unroll
     for (int j = 0; j < P; j++) {
-        m[j] = -INFINITY;
         s[j] = 0.0f;
+        ml[j] = m[j];
     }
 #pragma unroll
     for (int k = 0; k < R; k++)
-        if (k < nrows)
-#pragma unroll
-            for (int j = 0; j < P; j++)
-                m[j] = fmaxf(m[j], v[k].get(j));
-#pragma unroll
-    for (int j = 0; j < P; j++)
-        ml[j] = m[j];
-#pragma unroll
-    for (int k = 0; k < R; k++)
         v[k].fence();
+    /* the exps kept for the output row by row, the sums alone column by column (the order of
+     * the measured build; each column adds its rows in the same order either way) */
+    if constexpr (KEEP) {
 #pragma unroll
-    for (int k = 0; k < R; k++)
-        if (k < nrows)
+        for (int k = 0; k < R; k++)
+            if (k < nrows)
 #pragma unroll
-            for (int j = 0; j < P; j++) {
-                float t = nd_exp_le0(v[k].get(j) - ml[j]);
-                if constexpr (KEEP)
+                for (int j = 0; j < P; j++) {
+                    const float t = nd_exp_le0(v[k].get(j) - ml[j]);
                     e[k][j] = t;
-                s[j] += t;
-            }
+                    s[j] += t;
+                }
+    } else {
+#pragma unroll
+        for (int j = 0; j < P; j++)
+#pragma unroll
+            for (int k = 0; k < R; k++)
+                if (k < nrows)
+                    s[j] += nd_exp_le0(v[k].get(j) - ml[j]);
+    }
     /* the column's (max, sum): two cheap all-reduces, the sums rescaled to the column max */
     const size_t half = (size_t)blockDim.x * blockDim.y * blockDim.z * P;
     column_allreduce<P>(m, red, g.cluster, op_max());
@@ -485,7 +527,7 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
         cg::this_cluster().sync(); /* no block leaves while another still reads its buffers */
 #pragma unroll
     for (int j = 0; j < P; j++)
-        s[j] = LOG ? logf(s[j]) : KEEP ? scale[j] / s[j] : 1.0f / s[j];
+        s[j] = LOG ? logf(s[j]) : KEEP ? scale[j] / s[j] : nd_exp_div_factor(s[j]);
 #pragma unroll
     for (int k = 0; k < R; k++)
         if (k < nrows) {
@@ -498,7 +540,7 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
                 else if constexpr (KEEP)
                     out[j] = e[k][j] * s[j];
                 else
-                    out[j] = nd_exp_le0(d) * s[j];
+                    out[j] = nd_exp_div(d, s[j]);
             }
             pack::store(yp + k * step, out);
         }
@@ -618,7 +660,7 @@ softmax_axis_apply(const T *__restrict__ x, T *__restrict__ y, const float2 *__r
     column_allreduce<P>(s, red + (size_t)TX * TY * P, 1, op_add());
 #pragma unroll
     for (int j = 0; j < P; j++)
-        s[j] = LOG ? logf(s[j]) : 1.0f / s[j];
+        s[j] = LOG ? logf(s[j]) : nd_exp_div_factor(s[j]);
 
     const int64_t d0 = (int64_t)blockIdx.y * g.rows_per_rank + ty;
     const int64_t d1 = min(g.dim, (int64_t)(blockIdx.y + 1) * g.rows_per_rank);
@@ -640,7 +682,7 @@ softmax_axis_apply(const T *__restrict__ x, T *__restrict__ y, const float2 *__r
 #pragma unroll
                 for (int j = 0; j < P; j++) {
                     float d = nd_to_float(v[u].v[j]) - m[j];
-                    out.v[j] = nd_from_float<T>(LOG ? d - s[j] : nd_exp_le0(d) * s[j]);
+                    out.v[j] = nd_from_float<T>(LOG ? d - s[j] : nd_exp_div(d, s[j]));
                 }
                 *reinterpret_cast<pack *>(yp + (k + u) * step) = out;
             }
@@ -918,8 +960,8 @@ __device__ __forceinline__ void slab_load(R &v, const uint4 *xs, int p, int stri
 }
 
 /* The outputs of a thread's packs i < n, as slab_load put them in v, to ys[p + i * stride]:
- * per column j of a pack, exp(x - m[j]) * f[j] (softmax, f = 1 / sum) or x - m[j] - f[j]
- * (log_softmax, f = log(sum)). */
+ * per column j of a pack, exp(x - m[j]) / sum (softmax, f = nd_exp_div_factor(sum): one
+ * ex2.approx of an fma, nd_exp_div) or x - m[j] - f[j] (log_softmax, f = log(sum)). */
 template <bool LOG, int N, class T, class R, int VEC>
 __device__ __forceinline__ void slab_store(uint4 *ys, int p, int stride, int n, const R &v,
                                            const float (&m)[VEC], const float (&f)[VEC])
@@ -931,7 +973,7 @@ __device__ __forceinline__ void slab_store(uint4 *ys, int p, int stride, int n, 
 #pragma unroll
             for (int j = 0; j < VEC; j++) {
                 const float d = v.get(i * VEC + j) - m[j];
-                out[j] = LOG ? d - f[j] : nd_exp_le0(d) * f[j];
+                out[j] = LOG ? d - f[j] : nd_exp_div(d, f[j]);
             }
             nd_store_pack_stream<T, VEC>(reinterpret_cast<T *>(ys + p + i * stride), out);
         }
@@ -980,14 +1022,7 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
      * 74, float32 79-80 against 83-84. */
     float ms[2][VEC];
     float (&m)[VEC] = ms[0], (&s)[VEC] = ms[1];
-#pragma unroll
-    for (int j = 0; j < VEC; j++) {
-        m[j] = v.get(j); /* n >= 1 */
-#pragma unroll
-        for (int i = 1; i < PACKS; i++)
-            if (i < n)
-                m[j] = fmaxf(m[j], v.get(i * VEC + j));
-    }
+    v.template max_cols<VEC>(n, m); /* n >= 1 */
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
         s[j] = 0.0f;
@@ -1000,7 +1035,7 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
     slab_allreduce<VEC>(ms, red, col, fin, g, cp, op_online());
 #pragma unroll
     for (int j = 0; j < VEC; j++)
-        s[j] = LOG ? logf(s[j]) : 1.0f / s[j];
+        s[j] = LOG ? logf(s[j]) : nd_exp_div_factor(s[j]);
     slab_store<LOG, PACKS, T>(ys, first, stride, n, v, m, s);
     if (g.cluster > 1) { /* no block leaves while another still reads its col */
         if (ND_AXIS_SLAB_LEAVE_SPLIT)
@@ -1019,7 +1054,7 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
  * always in the same VEC columns), ND_AXIS_SLAB_UNROLL 16-byte loads in flight. Three launches:
  *   softmax_axis_slab_stats  each segment's (max, sum) per column into `part`
  *   softmax_axis_slab_merge  a slab's segments merged in a fixed order, one warp a column,
- *                            into (max, log(sum) or 1/sum) in `fin`
+ *                            into (max, log(sum) or -log2(sum)) in `fin`
  *   softmax_axis_slab_apply  x read again (from L2 where it still is) and y written
  * H100, three alternating rounds against the column plan's split path (bench/results/
  * axis_slab_split_h100.txt): (8,32768,64) ax1 16-bit 42-43% of the copy ceiling -> 54-55,
@@ -1092,13 +1127,11 @@ softmax_axis_slab_stats(const T *__restrict__ x, float *__restrict__ part, slab_
         const int n = min(U, (sg.end - p + nt - 1) / nt); /* packs p + u * nt, u < n */
         nd_regrow<T, U * VEC> v;
         slab_load<U, ND_AXIS_SLAB_STATS_PLAIN != 0>(v, xs, p, nt, n);
+        float vm[VEC];
+        v.template max_cols<VEC>(n, vm); /* n >= 1 */
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
-            float b[2] = {-INFINITY, 0.0f};
-#pragma unroll
-            for (int u = 0; u < U; u++)
-                if (u < n)
-                    b[0] = fmaxf(b[0], v.get(u * VEC + j));
+            float b[2] = {vm[j], 0.0f};
             if (b[0] == -INFINITY)
                 continue;
 #pragma unroll
@@ -1148,7 +1181,7 @@ __global__ void softmax_axis_slab_merge(const float *__restrict__ part, float *_
     }
     if (lane == 0) {
         fin[o * 2 * inner + c] = a[0];
-        fin[o * 2 * inner + inner + c] = LOG ? logf(a[1]) : 1.0f / a[1];
+        fin[o * 2 * inner + inner + c] = LOG ? logf(a[1]) : nd_exp_div_factor(a[1]);
     }
 }
 
@@ -1163,7 +1196,7 @@ softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float 
     const int64_t o = sg.o;
     const uint4 *xs = reinterpret_cast<const uint4 *>(x + o * g.slab);
     uint4 *ys = reinterpret_cast<uint4 *>(y + o * g.slab);
-    float m[VEC], f[VEC]; /* the column's max, and log(sum) or 1/sum */
+    float m[VEC], f[VEC]; /* the column's max, and log(sum) or nd_exp_div_factor(sum) */
     const float *fm = fin + o * 2 * g.inner + (t % g.q) * VEC;
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
@@ -1262,12 +1295,11 @@ __device__ __forceinline__ void res_fold(float (&m)[VEC], float (&s)[VEC], const
 #pragma unroll
     for (int u = 0; u < N; u++)
         v.put_pack(u, {w[u].x, w[u].y, w[u].z, w[u].w});
+    float vm[VEC];
+    v.template max_cols<VEC>(N, vm);
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
-        float mx = m[j];
-#pragma unroll
-        for (int u = 0; u < N; u++)
-            mx = fmaxf(mx, v.get(u * VEC + j));
+        const float mx = fmaxf(m[j], vm[j]);
         const float r = mx == -INFINITY ? 0.0f : mx;
         float acc = s[j] * nd_exp_le0(m[j] - r);
 #pragma unroll
@@ -1278,7 +1310,8 @@ __device__ __forceinline__ void res_fold(float (&m)[VEC], float (&s)[VEC], const
     }
 }
 
-/* y of one pack: exp(x - m) * f (softmax, f = 1 / sum) or x - m - f (log_softmax, f = log sum) */
+/* y of one pack: exp(x - m) / sum (softmax, f = -log2(sum)) or x - m - f (log_softmax,
+ * f = log sum) */
 template <bool LOG, class T, int VEC>
 __device__ __forceinline__ void res_store_pack(uint4 *ys, int p, const uint4 &w,
                                                const float (&m)[VEC], const float (&f)[VEC])
@@ -1423,7 +1456,7 @@ softmax_axis_slab_res(const T *__restrict__ x, T *__restrict__ y, unsigned long 
                 op_online()(b0, b);
             }
             fin[0][t] = b0[0];
-            fin[1][t] = LOG ? logf(b0[1]) : 1.0f / b0[1];
+            fin[1][t] = LOG ? logf(b0[1]) : nd_exp_div_factor(b0[1]);
         }
         __syncthreads();
     }
@@ -1751,7 +1784,7 @@ static bool plan_slab_split(const nd_softmax_args *a, size_t es, int sms, slab_g
 }
 
 /* The two-pass slab path's three launches around a stream-ordered workspace: each segment's
- * pairs, then each column's (max, log(sum) or 1/sum). */
+ * pairs, then each column's (max, log(sum) or -log2(sum)). */
 template <typename T>
 static cudaError_t launch_slab_split(const slab_geom &g, const slab_split &sp, int64_t outer,
                                      const void *x, void *y, int log, cudaStream_t stream)
