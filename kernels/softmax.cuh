@@ -245,6 +245,14 @@ template <bool LOG> struct nd_softmax_op {
                     if ((e & 7) == 7)
                         asm volatile("" : "+f"(s));
                 }
+            } else if (!LOG && V::kExactSet) {
+                /* every element -inf (masked scores, or pads): the kept exps are exp(-inf) = 0
+                 * (a NaN stays NaN); the pair is (-inf, 0) */
+#pragma unroll
+                for (int e = 0; e < N; e++) {
+                    const float x = v[r].get(e);
+                    v[r].set(e, x == -INFINITY ? 0.0f : x);
+                }
             }
             a[2 * r] = mt;
             a[2 * r + 1] = s;
@@ -256,15 +264,18 @@ template <bool LOG> struct nd_softmax_op {
         ctx.template allreduce<2 * R>(a, nd_op_softmax_pair());
 #pragma unroll
         for (int r = 0; r < R; r++) {
+            /* this thread's elements all -inf: outputs exp(x - 0) * 0 = 0, or NaN where the
+             * whole row is -inf (as PyTorch's: exp(-inf - -inf)) */
+            const bool masked = own[r] == -INFINITY;
             st[r].m = a[2 * r];
             st[r].recompute = !LOG && !V::kExactSet;
             if (st[r].recompute)
-                st[r].m = own[r];
+                st[r].m = masked ? 0.0f : own[r];
             if (LOG)
                 st[r].k = logf(a[2 * r + 1]);
             else
-                st[r].k = own[r] == -INFINITY ? 0.0f
-                                              : nd_sm_exp(own[r] - a[2 * r]) / a[2 * r + 1];
+                st[r].k = masked ? (a[2 * r] == -INFINITY ? NAN : 0.0f)
+                                 : nd_sm_exp(own[r] - a[2 * r]) / a[2 * r + 1];
         }
     }
 

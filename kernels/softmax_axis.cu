@@ -482,10 +482,12 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
 
     float m[P], s[P], ml[P], e[KEEP ? R : 1][P];
     pack::rows_max(v, nrows, m);
+    /* the exps against this thread's max, or against 0 where its rows of the column are all
+     * -inf (masked, or no rows): each exp(-inf - 0) = 0, not exp(-inf - -inf), and the sum 0 */
 #pragma unroll
     for (int j = 0; j < P; j++) {
         s[j] = 0.0f;
-        ml[j] = m[j];
+        ml[j] = m[j] == -INFINITY ? 0.0f : m[j];
     }
 #pragma unroll
     for (int k = 0; k < R; k++)
@@ -516,7 +518,7 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
     float scale[P];
 #pragma unroll
     for (int j = 0; j < P; j++) {
-        scale[j] = ml[j] == -INFINITY ? 0.0f : nd_exp_le0(ml[j] - m[j]);
+        scale[j] = s[j] == 0.0f ? 0.0f : nd_exp_le0(ml[j] - m[j]); /* s >= 1 unless masked */
         s[j] *= scale[j];
     }
     column_allreduce<P>(s, red + half, g.cluster, op_add());
@@ -589,11 +591,12 @@ softmax_axis_stats(const T *__restrict__ x, float2 *__restrict__ ws, axis_geom g
             for (int u = 0; u < U; u++)
                 if (k + u < n)
                     mx = fmaxf(mx, nd_to_float(v[u].v[j]));
-            float acc = m[j] == -INFINITY ? 0.0f : s[j] * nd_exp_le0(m[j] - mx);
+            const float r = mx == -INFINITY ? 0.0f : mx; /* all -inf so far: exps of 0 */
+            float acc = m[j] == -INFINITY ? 0.0f : s[j] * nd_exp_le0(m[j] - r);
 #pragma unroll
             for (int u = 0; u < U; u++)
                 if (k + u < n)
-                    acc += nd_exp_le0(nd_to_float(v[u].v[j]) - mx);
+                    acc += nd_exp_le0(nd_to_float(v[u].v[j]) - r);
             m[j] = mx;
             s[j] = acc;
         }
@@ -1025,11 +1028,12 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
     v.template max_cols<VEC>(n, m); /* n >= 1 */
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
+        const float r = m[j] == -INFINITY ? 0.0f : m[j]; /* all -inf (masked): exps of 0 */
         s[j] = 0.0f;
 #pragma unroll
         for (int i = 0; i < PACKS; i++)
             if (i < n)
-                s[j] += nd_exp_le0(v.get(i * VEC + j) - m[j]);
+                s[j] += nd_exp_le0(v.get(i * VEC + j) - r);
     }
     slab_fence(v);
     slab_allreduce<VEC>(ms, red, col, fin, g, cp, op_online());

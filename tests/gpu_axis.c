@@ -58,10 +58,14 @@ static void shape_str(char *buf, size_t size, const int64_t *shape, int rank)
 
 /* ---- softmax ---- */
 
-/* Softmax (log_ = 0) or log-softmax over (outer, dim, inner) of x ~ mean + std N(0, 1); x and y
- * start `offset` elements past alignment. `what` names the case in failure messages. */
-static void check_softmax_at(nd_dtype dt, int log_, int64_t outer, int64_t dim, int64_t inner,
-                             int offset, double mean, double std, uint64_t *rng, const char *what)
+enum { MASK_NONE, MASK_ATTENTION };
+
+/* Softmax (log_ = 0) or log-softmax over (outer, dim, inner) of x ~ mean + std N(0, 1), masked
+ * as `mask` says; x and y start `offset` elements past alignment. `what` names the case in
+ * failure messages. */
+static void check_softmax_mask(nd_dtype dt, int log_, int64_t outer, int64_t dim, int64_t inner,
+                               int offset, double mean, double std, int mask, uint64_t *rng,
+                               const char *what)
 {
     int64_t n = outer * dim * inner;
     size_t es = nd_dtype_size(dt);
@@ -69,6 +73,8 @@ static void check_softmax_at(nd_dtype dt, int log_, int64_t outer, int64_t dim, 
     double *fx = malloc((size_t)n * sizeof(double)), *ref = malloc((size_t)n * sizeof(double));
     cr_assert(hx && hy && fx && ref);
     nd_fill_random(dt, hx, n, mean, std, rng, fx);
+    if (mask == MASK_ATTENTION)
+        nd_mask_attention(dt, hx, fx, outer, dim, inner, rng);
     nd_poison(dt, hy, n);
     dev_buf dx = dev_alloc(dt, n, offset), dy = dev_alloc(dt, n, offset);
     CUDA_OK(cudaMemcpy(dx.p, hx, (size_t)n * es, cudaMemcpyHostToDevice));
@@ -107,6 +113,12 @@ static void check_softmax_at(nd_dtype dt, int log_, int64_t outer, int64_t dim, 
     free(hy);
     free(fx);
     free(ref);
+}
+
+static void check_softmax_at(nd_dtype dt, int log_, int64_t outer, int64_t dim, int64_t inner,
+                             int offset, double mean, double std, uint64_t *rng, const char *what)
+{
+    check_softmax_mask(dt, log_, outer, dim, inner, offset, mean, std, MASK_NONE, rng, what);
 }
 
 /* x ~ N(0, 9): a spread of 3 makes exp() range over many orders of magnitude */
@@ -216,6 +228,28 @@ Test(gpu_axis, softmax_far_from_zero)
                 for (int sign = -1; sign <= 1; sign += 2)
                     check_softmax_at(all_dtypes[d], log_, shapes[i][0], shapes[i][1],
                                      shapes[i][2], 0, sign * 30000.0, 40.0, &rng, "far from zero");
+}
+
+/* Masked scores (nd_mask_attention: causal prefixes, scattered -inf, whole columns masked) through every
+ * kind of kernel: over the last axis the warp kernel (64 and 1000 columns), the tile kernel (128),
+ * the block kernel (4096), the split kernel (131072 columns, several chunks a row) and the stage
+ * kernel (rows off the 16-byte grid: 77 columns); over other axes the cached kernel, the one-pass
+ * slab kernel with clusters, the resident and the two-pass slabs and the column split path. A
+ * thread, lane or block whose elements of a row are all masked holds a max of -inf; its outputs
+ * are exp(-inf) = 0 (log_softmax: -inf), not exp(-inf - -inf). */
+Test(gpu_axis, softmax_masked)
+{
+    need_device();
+    uint64_t rng = 0x5eed0005;
+    static const int64_t shapes[][3] = {
+        {300, 64, 1},  {100, 1000, 1}, {257, 128, 1}, {40, 4096, 1},  {5, 131072, 1},
+        {60, 77, 1},   {4096, 8, 128}, {64, 896, 48}, {2, 32768, 64}, {5, 9999, 24},
+        {1, 70000, 8}, {3, 3000, 1000}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int d = 0; d < 3; d++)
+            for (int log_ = 0; log_ < 2; log_++)
+                check_softmax_mask(all_dtypes[d], log_, shapes[i][0], shapes[i][1], shapes[i][2],
+                                   0, 0.0, 3.0, MASK_ATTENTION, &rng, "masked");
 }
 
 /* Random shapes of rank 2-5, every axis of each. */

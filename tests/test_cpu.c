@@ -155,14 +155,17 @@ Test(cpu_layernorm, large_mean_small_std)
  * Softmax and log-softmax
  * ------------------------------------------------------------------------------------------- */
 
-static int64_t run_softmax(nd_dtype dt, int64_t outer, int64_t dim, int64_t inner, int log_,
-                           double mean, double std, uint64_t seed, char *msg, size_t msg_size)
+static int64_t run_softmax_mask(nd_dtype dt, int64_t outer, int64_t dim, int64_t inner, int log_,
+                                double mean, double std, int masked, uint64_t seed, char *msg,
+                                size_t msg_size)
 {
     const int64_t n = outer * dim * inner;
     const size_t es = nd_dtype_size(dt);
     void *x = xalloc((size_t)n * es), *y = xalloc((size_t)n * es);
     double *x64 = xalloc((size_t)n * 8), *y64 = xalloc((size_t)n * 8);
     nd_fill_random(dt, x, n, mean, std, &seed, x64);
+    if (masked)
+        nd_mask_attention(dt, x, x64, outer, dim, inner, &seed);
     nd_poison(dt, y, n);
     nd_softmax_args a = {.dtype = dt, .outer = outer, .dim = dim, .inner = inner, .x = x, .y = y};
     nd_error err = {{0}};
@@ -172,6 +175,12 @@ static int64_t run_softmax(nd_dtype dt, int64_t outer, int64_t dim, int64_t inne
     int64_t bad = nd_compare(dt, y, y64, n, "y", msg, msg_size);
     free(x), free(y), free(x64), free(y64);
     return bad;
+}
+
+static int64_t run_softmax(nd_dtype dt, int64_t outer, int64_t dim, int64_t inner, int log_,
+                           double mean, double std, uint64_t seed, char *msg, size_t msg_size)
+{
+    return run_softmax_mask(dt, outer, dim, inner, log_, mean, std, 0, seed, msg, msg_size);
 }
 
 static void check_softmax(nd_dtype dt, int64_t outer, int64_t dim, int64_t inner, int log_,
@@ -192,6 +201,26 @@ Test(cpu_softmax, last_axis_every_dtype_and_width)
             for (int lg = 0; lg < 2; lg++) {
                 check_softmax(all_dtypes[d], 1, widths[w], 1, lg, 0.0, 2.0, seed++);
                 check_softmax(all_dtypes[d], 41, widths[w], 1, lg, 0.0, 2.0, seed++);
+            }
+}
+
+/* Masked scores (nd_mask_attention: causal prefixes, scattered -inf, whole columns masked, whose
+ * softmax is NaN) over the last axis and others, rows short and long. */
+Test(cpu_softmax, masked_scores)
+{
+    static const int64_t shapes[][3] = {{64, 33, 1}, {9, 5000, 1}, {7, 300, 24}, {3, 40, 130}};
+    uint64_t seed = 500;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int d = 0; d < 3; d++)
+            for (int lg = 0; lg < 2; lg++) {
+                char msg[256];
+                int64_t bad = run_softmax_mask(all_dtypes[d], shapes[i][0], shapes[i][1],
+                                               shapes[i][2], lg, 0.0, 3.0, 1, seed++, msg,
+                                               sizeof msg);
+                cr_expect_eq(bad, 0, "masked %s %s (%lld, %lld, %lld): %lld bad, first %s",
+                             lg ? "log_softmax" : "softmax", nd_dtype_name(all_dtypes[d]),
+                             (long long)shapes[i][0], (long long)shapes[i][1],
+                             (long long)shapes[i][2], (long long)bad, msg);
             }
 }
 

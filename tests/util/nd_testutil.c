@@ -74,6 +74,27 @@ void nd_poison(nd_dtype dt, void *buf, int64_t n)
     }
 }
 
+void nd_mask_attention(nd_dtype dt, void *buf, double *f64, int64_t outer, int64_t dim,
+                       int64_t inner, uint64_t *state)
+{
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const int64_t c = o * inner + i, keep = 1 + (c * 7919) % dim;
+            const int kind = (int)(c % 5);
+            for (int64_t d = 0; d < dim; d++) {
+                const int64_t k = (o * dim + d) * inner + i;
+                if ((kind <= 1 && d >= keep) || kind == 4 ||
+                    ((kind == 2 || kind == 3) && nd_rand_u64(state) % 3 == 0)) {
+                    if (dt == ND_FLOAT32)
+                        ((float *)buf)[k] = -INFINITY;
+                    else
+                        ((uint16_t *)buf)[k] = dt == ND_FLOAT16 ? 0xfc00u : 0xff80u;
+                    f64[k] = -INFINITY;
+                }
+            }
+        }
+}
+
 /* ---------------------------------------------------------------------------------------------
  * float64 reference
  * ------------------------------------------------------------------------------------------- */

@@ -30,6 +30,12 @@ void nd_fill_random(nd_dtype dt, void *buf, int64_t n, double mean, double std, 
 void nd_to_f64(nd_dtype dt, const void *buf, int64_t n, double *out);
 /* Fill n elements of dt with a recognisable NaN so an element a backend never wrote fails. */
 void nd_poison(nd_dtype dt, void *buf, int64_t n);
+/* Mask (outer, dim, inner) in place as attention scores are masked, setting elements to -inf in
+ * buf (stored as dt) and in its float64 copy f64. Column c = o * inner + i, by c % 5: 0 and 1 keep
+ * a prefix of 1 + (c * 7919) % dim elements and mask the rest (causal); 2 and 3 mask each element
+ * with probability 1/3; 4 masks the whole column, whose softmax is NaN (as PyTorch's). */
+void nd_mask_attention(nd_dtype dt, void *buf, double *f64, int64_t outer, int64_t dim,
+                       int64_t inner, uint64_t *state);
 
 /* ---- float64 reference ---- */
 /* gamma/beta may be NULL; mean/rstd may be NULL. Biased variance, as PyTorch. */
