@@ -523,6 +523,12 @@ __device__ __forceinline__ float nd_exp_le0(float d)
     return r;
 }
 
+/* The max a part's exps are taken against: its max m, or 0 where m is -inf (no elements, or all
+ * -inf: masked scores), so each exp(x - 0) of that part is exp(-inf) = 0 and its sum 0, where
+ * exp(-inf - -inf) would be NaN. Softmax's pair merges and every kernel that takes exps against
+ * a part's own max use it. */
+__device__ __forceinline__ float nd_exp_ref(float m) { return m == -INFINITY ? 0.0f : m; }
+
 /*
  * exp(d) / s for d = x - max <= 0 and a column's sum s >= 1, given f = nd_exp_div_factor(s) =
  * -log2(s): one ex2.approx of fma(d, log2 e, f), where exp(d) * (1 / s) takes a multiplication
@@ -566,7 +572,7 @@ struct nd_op_softmax_pair {
 #if ND_MERGE_SELECT
             /* both empty (or all -inf): rescale against 0, not -inf (no inf - inf), so the sum
              * stays 0; a select, not a branch, so merges of independent pairs overlap */
-            const float r = m == -INFINITY ? 0.0f : m;
+            const float r = nd_exp_ref(m);
             a[i + 1] = a[i + 1] * exp2f((a[i] - r) * 1.4426950408889634f) +
                        b[i + 1] * exp2f((b[i] - r) * 1.4426950408889634f);
 #else

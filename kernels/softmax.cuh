@@ -265,12 +265,15 @@ template <bool LOG> struct nd_softmax_op {
 #pragma unroll
         for (int r = 0; r < R; r++) {
             /* this thread's elements all -inf: outputs exp(x - 0) * 0 = 0, or NaN where the
-             * whole row is -inf (as PyTorch's: exp(-inf - -inf)) */
+             * whole row is -inf (as PyTorch's: exp(-inf - -inf)). The select on k gives what
+             * exp(own - max) / sum would there, written out: without it nvcc allocated the
+             * 16-bit kernels' registers otherwise, and 2048x65536 lost 2 points (H200;
+             * bench/results/softmax_masked.txt). */
             const bool masked = own[r] == -INFINITY;
             st[r].m = a[2 * r];
             st[r].recompute = !LOG && !V::kExactSet;
             if (st[r].recompute)
-                st[r].m = masked ? 0.0f : own[r];
+                st[r].m = nd_exp_ref(own[r]);
             if (LOG)
                 st[r].k = logf(a[2 * r + 1]);
             else

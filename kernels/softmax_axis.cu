@@ -358,7 +358,7 @@ template <bool SELECT = ND_MERGE_SELECT != 0> struct op_online_t {
     {
         const float m = fmaxf(a[0], b[0]);
         if constexpr (SELECT) { /* as nd_op_softmax_pair: a select, so independent merges overlap */
-            const float r = m == -INFINITY ? 0.0f : m;
+            const float r = nd_exp_ref(m);
             a[1] = a[1] * nd_exp_le0(a[0] - r) + b[1] * nd_exp_le0(b[0] - r);
         } else {
             if (m == -INFINITY)
@@ -487,7 +487,7 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
 #pragma unroll
     for (int j = 0; j < P; j++) {
         s[j] = 0.0f;
-        ml[j] = m[j] == -INFINITY ? 0.0f : m[j];
+        ml[j] = nd_exp_ref(m[j]);
     }
 #pragma unroll
     for (int k = 0; k < R; k++)
@@ -591,7 +591,7 @@ softmax_axis_stats(const T *__restrict__ x, float2 *__restrict__ ws, axis_geom g
             for (int u = 0; u < U; u++)
                 if (k + u < n)
                     mx = fmaxf(mx, nd_to_float(v[u].v[j]));
-            const float r = mx == -INFINITY ? 0.0f : mx; /* all -inf so far: exps of 0 */
+            const float r = nd_exp_ref(mx);
             float acc = m[j] == -INFINITY ? 0.0f : s[j] * nd_exp_le0(m[j] - r);
 #pragma unroll
             for (int u = 0; u < U; u++)
@@ -1028,7 +1028,7 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
     v.template max_cols<VEC>(n, m); /* n >= 1 */
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
-        const float r = m[j] == -INFINITY ? 0.0f : m[j]; /* all -inf (masked): exps of 0 */
+        const float r = nd_exp_ref(m[j]);
         s[j] = 0.0f;
 #pragma unroll
         for (int i = 0; i < PACKS; i++)
@@ -1304,7 +1304,7 @@ __device__ __forceinline__ void res_fold(float (&m)[VEC], float (&s)[VEC], const
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
         const float mx = fmaxf(m[j], vm[j]);
-        const float r = mx == -INFINITY ? 0.0f : mx;
+        const float r = nd_exp_ref(mx);
         float acc = s[j] * nd_exp_le0(m[j] - r);
 #pragma unroll
         for (int u = 0; u < N; u++)
