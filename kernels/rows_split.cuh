@@ -86,6 +86,11 @@
  * -28%) LayerNorm float16 128x1048576 took as long (ncu 162.6 -> 164.2 us), and beta read from
  * gamma's lines moved the long shapes -10 to +2.6 points (bench/results/
  * split_param_probes_h200.txt).
+ * Tried (H200, bench/results/split_team_h200.txt): teams of C blocks, member m holding chunk m of
+ * several rows in turn, its chunk of the team's next row bulk-copied into shared memory (or asked
+ * of L2) before it waits for the current row, so the wait has loads in flight. Every form lost
+ * 0-9 points (bulk copies) or 3-20 (L2): its grids are a wave of the device, or a few rows a
+ * block, and such grids stay below short blocks here, as the persistent copy does.
  */
 #ifndef ND_ROWS_SPLIT_CUH
 #define ND_ROWS_SPLIT_CUH

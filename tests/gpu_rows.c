@@ -371,6 +371,26 @@ Test(gpu_rows, tile_kernel_many_rows)
             run_tile_cases(ops[o], dts[d], 0x5000 + 16 * (uint64_t)o + (uint64_t)d);
 }
 
+/* Many long rows on the 16-byte grid (the split path): more chunk blocks than the device holds at
+ * once, in rows of whole chunks and of a partial last chunk. 40960 columns are 5 float32 chunks
+ * of 8192 and 1.25 / 2.5 of the 16-bit ones (32768 / 16384 columns); 49160 leaves every dtype a
+ * partial last chunk. */
+Test(gpu_rows, split_many_rows)
+{
+    need_device();
+    static const nd_op ops[] = {ND_OP_LAYERNORM, ND_OP_RMSNORM, ND_OP_SOFTMAX, ND_OP_LOG_SOFTMAX};
+    static const nd_dtype dts[] = {ND_FLOAT32, ND_FLOAT16, ND_BFLOAT16};
+    static const int64_t widths[] = {40960, 49160};
+    uint64_t rng = 0x6100;
+    for (int o = 0; o < 4; o++)
+        for (int d = 0; d < 3; d++)
+            for (int w = 0; w < 2; w++) {
+                rcase c = {ops[o], dts[d], 400, widths[w], 0, 0, (o + d + w) % 2 == 0,
+                           (o + w) % 2 == 0, w == 1 && d != 1 ? 1e4 : 0.0, case_std(ops[o])};
+                run_case(&c, &rng);
+            }
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Ulp accuracy of LayerNorm and RMSNorm (issue 13). The shared rule (nd_close) lets a 16-bit
  * result be anywhere within 1e-5 of the reference, which near zero is many ulp (a bfloat16 of
