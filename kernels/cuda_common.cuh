@@ -284,6 +284,15 @@ __device__ __forceinline__ void nd_store_pack_stream(T *p, const float (&in)[N])
     __stcs(reinterpret_cast<W *>(p), u.w);
 }
 
+/* max(a, b) where a NaN wins (max.NaN.f32, sm_80): a row's max that carries a NaN on, where
+ * fmaxf would pass over it. */
+__device__ __forceinline__ float nd_fmax_nan(float a, float b)
+{
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+
 /* The register copy of a thread's share of a row: N elements of T in 32-bit words, 16 bytes per
  * pack, so a 16-bit row takes half the registers of a float32 one (an array of 16-bit elements
  * would get one register each). get/set widen and round one element; e is a compile-time index
@@ -312,7 +321,8 @@ template <class T, int N> struct nd_regrow {
         }
     }
     /* the element-wise max of two words of two 16-bit elements (one HMNMX2; as fmaxf, a NaN
-     * loses to a number) */
+     * loses to a number, or with NAN a NaN wins) */
+    template <bool NAN_WINS = false>
     static __device__ __forceinline__ uint32_t max2(uint32_t a, uint32_t b)
     {
         typedef typename std::conditional<std::is_same<T, __half>::value, __half2,
@@ -320,7 +330,7 @@ template <class T, int N> struct nd_regrow {
         P2 pa, pb;
         memcpy(&pa, &a, 4);
         memcpy(&pb, &b, 4);
-        pa = __hmax2(pa, pb);
+        pa = NAN_WINS ? __hmax2_nan(pa, pb) : __hmax2(pa, pb);
         memcpy(&a, &pa, 4);
         return a;
     }
@@ -332,29 +342,32 @@ template <class T, int N> struct nd_regrow {
         else
             return half_of(w[e / 2], e & 1);
     }
-    /* The largest element, with packed 16-bit max where the type allows (exact, and it keeps
-     * the compiler from widening the whole row to float registers at once). */
+    /* The largest element, or NaN where one is NaN (softmax's row max: a NaN among masked
+     * scores must not leave a max of -inf), with packed 16-bit max where the type allows
+     * (exact, and it keeps the compiler from widening the whole row to float registers at
+     * once); the same instructions as a max that passes over NaN. */
     __device__ __forceinline__ float max_all() const
     {
         if constexpr (sizeof(T) == 4) {
             float m = __uint_as_float(w[0]);
 #pragma unroll
             for (int i = 1; i < kWords; i++)
-                m = fmaxf(m, __uint_as_float(w[i]));
+                m = nd_fmax_nan(m, __uint_as_float(w[i]));
             return m;
         } else {
             uint32_t m = w[0];
 #pragma unroll
             for (int i = 1; i < kWords; i++)
-                m = max2(m, w[i]);
-            return fmaxf(half_of(m, 0), half_of(m, 1));
+                m = max2<true>(m, w[i]);
+            return nd_fmax_nan(half_of(m, 0), half_of(m, 1));
         }
     }
     /* m[j] = the largest of element j of packs 0 .. n - 1 (1 <= n <= N / VEC), pack i holding
      * elements i * VEC .. i * VEC + VEC - 1: a column's max over the packs a thread holds of it
      * (softmax_axis.cu's slabs), packed for 16-bit elements (half an instruction an element
-     * where widening each and taking fmaxf is two). */
-    template <int VEC> __device__ __forceinline__ void max_cols(int n, float (&m)[VEC]) const
+     * where widening each and taking fmaxf is two). NAN_WINS: a NaN wins, as in max_all. */
+    template <int VEC, bool NAN_WINS = false>
+    __device__ __forceinline__ void max_cols(int n, float (&m)[VEC]) const
     {
         static_assert(N % VEC == 0 && VEC % 2 == 0, "whole packs of whole words");
         constexpr int PACKS = N / VEC;
@@ -365,7 +378,8 @@ template <class T, int N> struct nd_regrow {
 #pragma unroll
                 for (int i = 1; i < PACKS; i++)
                     if (i < n)
-                        m[j] = fmaxf(m[j], __uint_as_float(w[i * VEC + j]));
+                        m[j] = NAN_WINS ? nd_fmax_nan(m[j], __uint_as_float(w[i * VEC + j]))
+                                        : fmaxf(m[j], __uint_as_float(w[i * VEC + j]));
             }
         } else {
             constexpr int WP = VEC / 2; /* words a pack */
@@ -375,7 +389,7 @@ template <class T, int N> struct nd_regrow {
 #pragma unroll
                 for (int i = 1; i < PACKS; i++)
                     if (i < n)
-                        a = max2(a, w[i * WP + k]);
+                        a = max2<NAN_WINS>(a, w[i * WP + k]);
                 m[2 * k] = half_of(a, 0);
                 m[2 * k + 1] = half_of(a, 1);
             }
@@ -413,12 +427,12 @@ template <class T, int N> struct nd_regrow_wide {
     }
     __device__ __forceinline__ float get(int e) const { return f[e]; }
     __device__ __forceinline__ void set(int e, float v) { f[e] = v; }
-    __device__ __forceinline__ float max_all() const
+    __device__ __forceinline__ float max_all() const /* as nd_regrow's: a NaN wins */
     {
         float m = f[0];
 #pragma unroll
         for (int i = 1; i < N; i++)
-            m = fmaxf(m, f[i]);
+            m = nd_fmax_nan(m, f[i]);
         return m;
     }
 };

@@ -265,10 +265,12 @@ template <bool LOG> struct nd_softmax_op {
 #pragma unroll
         for (int r = 0; r < R; r++) {
             /* this thread's elements all -inf: outputs exp(x - 0) * 0 = 0, or NaN where the
-             * whole row is -inf (as PyTorch's: exp(-inf - -inf)). The select on k gives what
+             * whole row is -inf (as PyTorch's: exp(-inf - -inf)) or its sum is NaN (a NaN or
+             * +inf elsewhere in the row: 0 * sum). The select on k gives what
              * exp(own - max) / sum would there, written out: without it nvcc allocated the
              * 16-bit kernels' registers otherwise, and 2048x65536 lost 2 points (H200;
-             * bench/results/softmax_masked.txt). */
+             * bench/results/softmax_masked.txt). A thread holding a NaN has own = NaN
+             * (max_all lets a NaN win), so its pair carries the NaN into the row's sum. */
             const bool masked = own[r] == -INFINITY;
             st[r].m = a[2 * r];
             st[r].recompute = !LOG && !V::kExactSet;
@@ -277,7 +279,7 @@ template <bool LOG> struct nd_softmax_op {
             if (LOG)
                 st[r].k = logf(a[2 * r + 1]);
             else
-                st[r].k = masked ? (a[2 * r] == -INFINITY ? NAN : 0.0f)
+                st[r].k = masked ? (a[2 * r] == -INFINITY ? NAN : 0.0f * a[2 * r + 1])
                                  : nd_sm_exp(own[r] - a[2 * r]) / a[2 * r + 1];
         }
     }

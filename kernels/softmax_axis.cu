@@ -347,16 +347,23 @@ template <class T, int P> struct axis_pack<T, P, false> {
 struct op_max {
     __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
+/* a NaN wins: a segment whose only numbers are masked scores and a NaN has a NaN max, so the
+ * merge of segments, which skips those of max -inf, keeps its NaN sum */
+struct op_max_nan {
+    __device__ __forceinline__ float operator()(float a, float b) const { return nd_fmax_nan(a, b); }
+};
 struct op_add {
     __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };
 /* (max, sum of exp(x - max)) pairs, combined in place by the online softmax's merge rule
- * (seed 001); a part with no elements is (-inf, 0). */
-template <bool SELECT = ND_MERGE_SELECT != 0> struct op_online_t {
+ * (seed 001); a part with no elements is (-inf, 0). NAN_WINS: a NaN max wins, so a part whose
+ * max is NaN (a NaN among masked scores) carries its NaN sum on even into a merge that skips
+ * parts of max -inf. */
+template <bool SELECT = ND_MERGE_SELECT != 0, bool NAN_WINS = false> struct op_online_t {
     static constexpr int K = 2;
     __device__ __forceinline__ void operator()(float (&a)[2], const float (&b)[2]) const
     {
-        const float m = fmaxf(a[0], b[0]);
+        const float m = NAN_WINS ? nd_fmax_nan(a[0], b[0]) : fmaxf(a[0], b[0]);
         if constexpr (SELECT) { /* as nd_op_softmax_pair: a select, so independent merges overlap */
             const float r = nd_exp_ref(m);
             a[1] = a[1] * nd_exp_le0(a[0] - r) + b[1] * nd_exp_le0(b[0] - r);
@@ -370,7 +377,7 @@ template <bool SELECT = ND_MERGE_SELECT != 0> struct op_online_t {
 };
 typedef op_online_t<> op_online;
 /* The two-pass slab path's merges (softmax_axis_slab_stats / merge) */
-typedef op_online_t<!ND_AXIS_SLAB_SPLIT_OLD_FOLD && ND_MERGE_SELECT> op_online_split;
+typedef op_online_t<!ND_AXIS_SLAB_SPLIT_OLD_FOLD && ND_MERGE_SELECT, true> op_online_split;
 
 /*
  * All-reduce P floats over the threads that share a column: over threadIdx.y through shared memory
@@ -586,11 +593,11 @@ softmax_axis_stats(const T *__restrict__ x, float2 *__restrict__ ws, axis_geom g
                 v[u] = *reinterpret_cast<const pack *>(xp + (k + u) * step);
 #pragma unroll
         for (int j = 0; j < P; j++) {
-            float mx = m[j];
+            float mx = m[j]; /* a NaN wins: a segment of -inf and NaN must not pass as masked */
 #pragma unroll
             for (int u = 0; u < U; u++)
                 if (k + u < n)
-                    mx = fmaxf(mx, nd_to_float(v[u].v[j]));
+                    mx = nd_fmax_nan(mx, nd_to_float(v[u].v[j]));
             const float r = nd_exp_ref(mx);
             float acc = m[j] == -INFINITY ? 0.0f : s[j] * nd_exp_le0(m[j] - r);
 #pragma unroll
@@ -605,7 +612,7 @@ softmax_axis_stats(const T *__restrict__ x, float2 *__restrict__ ws, axis_geom g
 #pragma unroll
     for (int j = 0; j < P; j++)
         ml[j] = m[j];
-    column_allreduce<P>(m, red, 1, op_max());
+    column_allreduce<P>(m, red, 1, op_max_nan());
 #pragma unroll
     for (int j = 0; j < P; j++)
         s[j] = ml[j] == -INFINITY ? 0.0f : s[j] * nd_exp_le0(ml[j] - m[j]);
@@ -645,7 +652,7 @@ softmax_axis_apply(const T *__restrict__ x, T *__restrict__ y, const float2 *__r
 #pragma unroll
             for (int j = 0; j < P; j++) {
                 float2 t = w[j];
-                float mx = fmaxf(m[j], t.x);
+                float mx = nd_fmax_nan(m[j], t.x); /* a segment's NaN max carries its NaN sum */
                 if (mx == -INFINITY)
                     continue;
                 s[j] = s[j] * nd_exp_le0(m[j] - mx) + t.y * nd_exp_le0(t.x - mx);
@@ -1132,7 +1139,7 @@ softmax_axis_slab_stats(const T *__restrict__ x, float *__restrict__ part, slab_
         nd_regrow<T, U * VEC> v;
         slab_load<U, ND_AXIS_SLAB_STATS_PLAIN != 0>(v, xs, p, nt, n);
         float vm[VEC];
-        v.template max_cols<VEC>(n, vm); /* n >= 1 */
+        v.template max_cols<VEC, true>(n, vm); /* n >= 1; a NaN wins (op_online_split) */
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
             float b[2] = {vm[j], 0.0f};

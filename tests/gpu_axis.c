@@ -58,7 +58,7 @@ static void shape_str(char *buf, size_t size, const int64_t *shape, int rank)
 
 /* ---- softmax ---- */
 
-enum { MASK_NONE, MASK_ATTENTION };
+enum { MASK_NONE, MASK_ATTENTION, MASK_NONFINITE /* attention, then nd_mask_nonfinite */ };
 
 /* Softmax (log_ = 0) or log-softmax over (outer, dim, inner) of x ~ mean + std N(0, 1), masked
  * as `mask` says; x and y start `offset` elements past alignment. `what` names the case in
@@ -73,8 +73,10 @@ static void check_softmax_mask(nd_dtype dt, int log_, int64_t outer, int64_t dim
     double *fx = malloc((size_t)n * sizeof(double)), *ref = malloc((size_t)n * sizeof(double));
     cr_assert(hx && hy && fx && ref);
     nd_fill_random(dt, hx, n, mean, std, rng, fx);
-    if (mask == MASK_ATTENTION)
+    if (mask != MASK_NONE)
         nd_mask_attention(dt, hx, fx, outer, dim, inner, rng);
+    if (mask == MASK_NONFINITE)
+        nd_mask_nonfinite(dt, hx, fx, outer, dim, inner);
     nd_poison(dt, hy, n);
     dev_buf dx = dev_alloc(dt, n, offset), dy = dev_alloc(dt, n, offset);
     CUDA_OK(cudaMemcpy(dx.p, hx, (size_t)n * es, cudaMemcpyHostToDevice));
@@ -251,6 +253,44 @@ Test(gpu_axis, softmax_masked)
             for (int log_ = 0; log_ < 2; log_++)
                 check_softmax_mask(all_dtypes[d], log_, shapes[i][0], shapes[i][1], shapes[i][2],
                                    0, 0.0, 3.0, MASK_ATTENTION, &rng, "masked");
+}
+
+/* The same masks with a NaN or +inf among the masked scores of some columns
+ * (nd_mask_nonfinite): those columns are NaN throughout, as PyTorch's, even where the thread,
+ * lane or block that holds the NaN or +inf holds only masked scores besides (its max is then
+ * -inf, where a max that passes over NaN decides) and where another holds only masked ones (its
+ * outputs are exp(-inf) times the row's scale, NaN, not 0). Rows as softmax_masked's, and the
+ * paths over other axes named by their plans. */
+Test(gpu_axis, softmax_masked_nonfinite)
+{
+    need_device();
+    uint64_t rng = 0x5eed0006;
+    static const struct {
+        int64_t outer, dim, inner;
+        const char *plan; /* NULL: a last-axis kernel, which one depends on the device */
+    } shapes[] = {
+        {300, 64, 1, NULL},   {100, 1000, 1, NULL},  {257, 128, 1, NULL},  {40, 4096, 1, NULL},
+        {5, 131072, 1, NULL}, {60, 77, 1, NULL},     {300, 32, 1, NULL},
+        {4096, 8, 128, "axis cached "},   {3, 3000, 1000, "axis cached "},
+        {300, 200, 64, "axis slab "},     {320, 896, 48, "axis slab "},
+        {2, 32768, 64, "axis slab-res "}, {1, 70000, 8, "axis slab-res "},
+        {5, 9999, 24, "axis slab-split "}, {2, 20000, 7, "axis split "}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int d = 0; d < 3; d++)
+            for (int log_ = 0; log_ < 2; log_++) {
+                nd_cuda_plan_trace(1);
+                check_softmax_mask(all_dtypes[d], log_, shapes[i].outer, shapes[i].dim,
+                                   shapes[i].inner, 0, 0.0, 3.0, MASK_NONFINITE, &rng,
+                                   "masked, non-finite");
+                nd_cuda_plan_trace(0);
+                if (shapes[i].plan)
+                    cr_expect(strncmp(nd_cuda_last_plan(), shapes[i].plan,
+                                      strlen(shapes[i].plan)) == 0,
+                              "(%lld,%lld,%lld) %s: plan \"%s\", expected \"%s...\"",
+                              (long long)shapes[i].outer, (long long)shapes[i].dim,
+                              (long long)shapes[i].inner, nd_dtype_name(all_dtypes[d]),
+                              nd_cuda_last_plan(), shapes[i].plan);
+            }
 }
 
 /* Random shapes of rank 2-5, every axis of each. */

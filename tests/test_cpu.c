@@ -166,6 +166,8 @@ static int64_t run_softmax_mask(nd_dtype dt, int64_t outer, int64_t dim, int64_t
     nd_fill_random(dt, x, n, mean, std, &seed, x64);
     if (masked)
         nd_mask_attention(dt, x, x64, outer, dim, inner, &seed);
+    if (masked == 2)
+        nd_mask_nonfinite(dt, x, x64, outer, dim, inner);
     nd_poison(dt, y, n);
     nd_softmax_args a = {.dtype = dt, .outer = outer, .dim = dim, .inner = inner, .x = x, .y = y};
     nd_error err = {{0}};
@@ -221,6 +223,26 @@ Test(cpu_softmax, masked_scores)
                              lg ? "log_softmax" : "softmax", nd_dtype_name(all_dtypes[d]),
                              (long long)shapes[i][0], (long long)shapes[i][1],
                              (long long)shapes[i][2], (long long)bad, msg);
+            }
+}
+
+/* The same with a NaN or +inf among the masked scores of some columns (nd_mask_nonfinite):
+ * those columns are NaN throughout. */
+Test(cpu_softmax, masked_scores_nonfinite)
+{
+    static const int64_t shapes[][3] = {{64, 33, 1}, {9, 5000, 1}, {7, 300, 24}, {3, 40, 130}};
+    uint64_t seed = 600;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int d = 0; d < 3; d++)
+            for (int lg = 0; lg < 2; lg++) {
+                char msg[256];
+                int64_t bad = run_softmax_mask(all_dtypes[d], shapes[i][0], shapes[i][1],
+                                               shapes[i][2], lg, 0.0, 3.0, 2, seed++, msg,
+                                               sizeof msg);
+                cr_expect_eq(bad, 0, "masked, non-finite %s %s (%lld, %lld, %lld): %lld bad, "
+                             "first %s", lg ? "log_softmax" : "softmax",
+                             nd_dtype_name(all_dtypes[d]), (long long)shapes[i][0],
+                             (long long)shapes[i][1], (long long)shapes[i][2], (long long)bad, msg);
             }
 }
 

@@ -95,6 +95,33 @@ void nd_mask_attention(nd_dtype dt, void *buf, double *f64, int64_t outer, int64
         }
 }
 
+void nd_mask_nonfinite(nd_dtype dt, void *buf, double *f64, int64_t outer, int64_t dim,
+                       int64_t inner)
+{
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const int64_t c = o * inner + i;
+            const int kind = (int)(c % 5);
+            if (kind > 2 || (c / 5) % 2 != 0)
+                continue;
+            int64_t d = dim - 1;
+            if (kind == 2) /* the last masked element, if any */
+                while (d >= 0 && f64[(o * dim + d) * inner + i] != -INFINITY)
+                    d--;
+            if (d < 0)
+                continue;
+            const int64_t k = (o * dim + d) * inner + i;
+            const int nan = kind != 1;
+            if (dt == ND_FLOAT32)
+                ((float *)buf)[k] = nan ? NAN : INFINITY;
+            else if (dt == ND_FLOAT16)
+                ((uint16_t *)buf)[k] = nan ? 0x7e00u : 0x7c00u;
+            else
+                ((uint16_t *)buf)[k] = nan ? 0x7fc0u : 0x7f80u;
+            f64[k] = nan ? NAN : INFINITY;
+        }
+}
+
 /* ---------------------------------------------------------------------------------------------
  * float64 reference
  * ------------------------------------------------------------------------------------------- */

@@ -36,6 +36,13 @@ void nd_poison(nd_dtype dt, void *buf, int64_t n);
  * with probability 1/3; 4 masks the whole column, whose softmax is NaN (as PyTorch's). */
 void nd_mask_attention(nd_dtype dt, void *buf, double *f64, int64_t outer, int64_t dim,
                        int64_t inner, uint64_t *state);
+/* After nd_mask_attention: half of its causal and scattered columns also carry one non-finite
+ * score, as overflowed logits do, placed among the masked ones: a causal column (c % 5 = 0 or 1)
+ * its last element, NaN or +inf by c % 5, and a scattered one (c % 5 = 2) a NaN in place of its
+ * last masked element. Such a column's softmax is NaN throughout (as PyTorch's), whichever thread,
+ * lane or block holds the score among masked ones. */
+void nd_mask_nonfinite(nd_dtype dt, void *buf, double *f64, int64_t outer, int64_t dim,
+                       int64_t inner);
 
 /* ---- float64 reference ---- */
 /* gamma/beta may be NULL; mean/rstd may be NULL. Biased variance, as PyTorch. */
