@@ -246,8 +246,8 @@ template <bool LOG> struct nd_softmax_op {
                         asm volatile("" : "+f"(s));
                 }
             } else if (!LOG && V::kExactSet) {
-                /* every element -inf (masked scores, or pads): the kept exps are exp(-inf) = 0
-                 * (a NaN stays NaN); the pair is (-inf, 0) */
+                /* every element -inf (masked scores, or pads; a NaN would have made mt NaN):
+                 * the kept exps are exp(-inf) = 0; the pair is (-inf, 0) */
 #pragma unroll
                 for (int e = 0; e < N; e++) {
                     const float x = v[r].get(e);
