@@ -206,45 +206,30 @@ Test(cpu_softmax, last_axis_every_dtype_and_width)
             }
 }
 
-/* Masked scores (nd_mask_attention: causal prefixes, scattered -inf, whole columns masked, whose
- * softmax is NaN) over the last axis and others, rows short and long. */
-Test(cpu_softmax, masked_scores)
+/* Masked scores over the last axis and others, rows short and long: masked 1 (nd_mask_attention:
+ * causal prefixes, scattered -inf, whole columns masked, whose softmax is NaN) or 2 (also
+ * nd_mask_nonfinite: a NaN or +inf among the masked scores of some columns, which are then NaN
+ * throughout). */
+static void check_masked_scores(int masked, uint64_t seed)
 {
     static const int64_t shapes[][3] = {{64, 33, 1}, {9, 5000, 1}, {7, 300, 24}, {3, 40, 130}};
-    uint64_t seed = 500;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int d = 0; d < 3; d++)
             for (int lg = 0; lg < 2; lg++) {
                 char msg[256];
                 int64_t bad = run_softmax_mask(all_dtypes[d], shapes[i][0], shapes[i][1],
-                                               shapes[i][2], lg, 0.0, 3.0, 1, seed++, msg,
+                                               shapes[i][2], lg, 0.0, 3.0, masked, seed++, msg,
                                                sizeof msg);
-                cr_expect_eq(bad, 0, "masked %s %s (%lld, %lld, %lld): %lld bad, first %s",
-                             lg ? "log_softmax" : "softmax", nd_dtype_name(all_dtypes[d]),
-                             (long long)shapes[i][0], (long long)shapes[i][1],
-                             (long long)shapes[i][2], (long long)bad, msg);
-            }
-}
-
-/* The same with a NaN or +inf among the masked scores of some columns (nd_mask_nonfinite):
- * those columns are NaN throughout. */
-Test(cpu_softmax, masked_scores_nonfinite)
-{
-    static const int64_t shapes[][3] = {{64, 33, 1}, {9, 5000, 1}, {7, 300, 24}, {3, 40, 130}};
-    uint64_t seed = 600;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        for (int d = 0; d < 3; d++)
-            for (int lg = 0; lg < 2; lg++) {
-                char msg[256];
-                int64_t bad = run_softmax_mask(all_dtypes[d], shapes[i][0], shapes[i][1],
-                                               shapes[i][2], lg, 0.0, 3.0, 2, seed++, msg,
-                                               sizeof msg);
-                cr_expect_eq(bad, 0, "masked, non-finite %s %s (%lld, %lld, %lld): %lld bad, "
-                             "first %s", lg ? "log_softmax" : "softmax",
+                cr_expect_eq(bad, 0, "masked%s %s %s (%lld, %lld, %lld): %lld bad, first %s",
+                             masked == 2 ? ", non-finite" : "", lg ? "log_softmax" : "softmax",
                              nd_dtype_name(all_dtypes[d]), (long long)shapes[i][0],
                              (long long)shapes[i][1], (long long)shapes[i][2], (long long)bad, msg);
             }
 }
+
+Test(cpu_softmax, masked_scores) { check_masked_scores(1, 500); }
+
+Test(cpu_softmax, masked_scores_nonfinite) { check_masked_scores(2, 600); }
 
 /* Random tensors of rank 1-5, reduced along every axis. */
 Test(cpu_softmax, every_axis_of_random_tensors)
