@@ -651,12 +651,12 @@ softmax_axis_apply(const T *__restrict__ x, T *__restrict__ y, const float2 *__r
             const float2 *w = ws + ((int64_t)seg * g.groups * TX + (int64_t)blockIdx.x * TX + tx) * P;
 #pragma unroll
             for (int j = 0; j < P; j++) {
-                float2 t = w[j];
-                float mx = nd_fmax_nan(m[j], t.x); /* a segment's NaN max carries its NaN sum */
-                if (mx == -INFINITY)
-                    continue;
-                s[j] = s[j] * nd_exp_le0(m[j] - mx) + t.y * nd_exp_le0(t.x - mx);
-                m[j] = mx;
+                /* a segment's NaN max carries its NaN sum (op_max_nan in softmax_axis_stats) */
+                const float2 t = w[j];
+                float a[2] = {m[j], s[j]};
+                op_online_t<false, true>()(a, {t.x, t.y});
+                m[j] = a[0];
+                s[j] = a[1];
             }
         }
     float ml[P];
