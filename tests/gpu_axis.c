@@ -236,10 +236,12 @@ Test(gpu_axis, softmax_far_from_zero)
  * through every kind of kernel: over the last axis the warp kernel (64 and 1000 columns), the
  * tile kernel (128), the block kernel (4096), the split kernel (131072 columns, several chunks a
  * row) and the stage kernel (rows off the 16-byte grid: 77 columns); over other axes the cached
- * kernel, the one-pass slab kernel with clusters, the resident and the two-pass slabs and the
- * column split path. A thread, lane or block whose elements of a row are all masked holds a max
- * of -inf; its outputs are exp(-inf) = 0 (log_softmax: -inf), not exp(-inf - -inf). Against the
- * kernels before the fix, 36 of these 72 cases failed (H200). */
+ * kernel (with clusters at (3,3000,1000) and 16-bit (64,896,48)), the one-pass slab kernel
+ * (float32 (64,896,48)), the resident and the two-pass slabs (plans as softmax_masked_nonfinite
+ * asserts them; that test also takes the column split path). A thread, lane or block whose
+ * elements of a row are all masked holds a max of -inf; its outputs are exp(-inf) = 0
+ * (log_softmax: -inf), not exp(-inf - -inf). Against the kernels before the fix, 36 of these 72
+ * cases failed (H200). */
 Test(gpu_axis, softmax_masked)
 {
     need_device();

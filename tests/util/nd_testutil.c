@@ -85,10 +85,7 @@ void nd_mask_attention(nd_dtype dt, void *buf, double *f64, int64_t outer, int64
                 const int64_t k = (o * dim + d) * inner + i;
                 if ((kind <= 1 && d >= keep) || kind == 4 ||
                     ((kind == 2 || kind == 3) && nd_rand_u64(state) % 3 == 0)) {
-                    if (dt == ND_FLOAT32)
-                        ((float *)buf)[k] = -INFINITY;
-                    else
-                        ((uint16_t *)buf)[k] = dt == ND_FLOAT16 ? 0xfc00u : 0xff80u;
+                    nd_store(dt, buf, k, -INFINITY);
                     f64[k] = -INFINITY;
                 }
             }
@@ -111,14 +108,9 @@ void nd_mask_nonfinite(nd_dtype dt, void *buf, double *f64, int64_t outer, int64
             if (d < 0)
                 continue;
             const int64_t k = (o * dim + d) * inner + i;
-            const int nan = kind != 1;
-            if (dt == ND_FLOAT32)
-                ((float *)buf)[k] = nan ? NAN : INFINITY;
-            else if (dt == ND_FLOAT16)
-                ((uint16_t *)buf)[k] = nan ? 0x7e00u : 0x7c00u;
-            else
-                ((uint16_t *)buf)[k] = nan ? 0x7fc0u : 0x7f80u;
-            f64[k] = nan ? NAN : INFINITY;
+            const float v = kind != 1 ? NAN : INFINITY;
+            nd_store(dt, buf, k, v);
+            f64[k] = v;
         }
 }
 
