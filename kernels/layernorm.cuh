@@ -69,6 +69,15 @@
 #define ND_LN_SUMS_PACKWISE 1
 #endif
 
+/* 1: nd_layernorm_op::row_sums' pack-wise loop selects its shift once a pack (a pad pack's 0),
+ * not d once an element; 0: an element (A/B runs). The same bits either way. H200, two runs of
+ * alternating rounds, % of the copy ceiling (bench/results/ln_short_h200.txt): 49152x1600 (the
+ * grid twins) bfloat16 93.7 / 94.1 -> 96.0 / 96.0, float32 (blocks) 95.2 / 95.5 -> 95.9 / 96.2,
+ * float16 within 0.2. */
+#ifndef ND_LN_PACK_SHIFT
+#define ND_LN_PACK_SHIFT 1
+#endif
+
 /* 1: LayerNorm in the register kernels makes one all-reduce of (sum d, sum d^2) with
  * d = x - x[0], x[0] the row's first element (ctx.first); 0: the two rounds below (mean, then
  * the shifted sums) on every path. */
@@ -215,7 +224,11 @@ struct nd_layernorm_policy : nd_norm_policy {
      *   89.6 -> 89.6 / 86.2, 2048x65536 82.3 -> 82.3 / 79.9; at 128x1048576
      *   the rows no longer fit the split kernel's share of the device (128 chunks) and ran at
      *   39%. Holding the parameters of lanes of R > 1 rows (16-bit 64 columns) spilled
-     *   244-296 bytes at the 72-register cap (nvcc 13) and was not measured. */
+     *   244-296 bytes at the 72-register cap (nvcc 13) and was not measured.
+     * And on an H200 (two alternating rounds, bench/results/ln_short_h200.txt): 2 rows a group
+     * for groups of 8 and 16 lanes of 2-3 packs (no spill), to have twice the bytes in flight:
+     * float16 / bfloat16 128 columns 85.6 / 83.4 -> 81.3 / 80.8, 192 90.0 / 87.8 -> 79.4 / 78.3,
+     * 384 93.1 / 91.0 -> 88.6 / 87.4, float32 64 93.1 -> 88.0, 192 96.8 -> 93.1. */
 };
 
 struct nd_layernorm_op {
@@ -360,10 +373,14 @@ struct nd_layernorm_op {
                  * packs and full ones do not diverge) */
 #pragma unroll
                 for (int i = 0; i < N / VEC; i++) {
+                    /* a pad is 0 (kPad), so a pad pack shifted by 0 adds 0 to both sums: one
+                     * select a pack (ND_LN_PACK_SHIFT) rather than one an element */
                     const bool in = ctx.valid(r, i * VEC);
+                    const float sh = in ? shift[r] : 0.0f;
 #pragma unroll
                     for (int j = 0; j < VEC; j++) {
-                        const float x = v[r].get(i * VEC + j), d = in ? x - shift[r] : 0.0f;
+                        const float x = v[r].get(i * VEC + j);
+                        const float d = ND_LN_PACK_SHIFT ? x - sh : in ? x - shift[r] : 0.0f;
                         s += RAW ? x : d;
                         sdd = fmaf(d, d, sdd);
                     }
