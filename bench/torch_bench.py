@@ -8,9 +8,11 @@ of several replays. torch.compile is reset between shapes (torch._dynamo.reset()
 recompiles it would silently fall back to eager.
 
     torch_bench.py [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] [--csv PATH]
-                   [--impl eager,compile[,copy]] [--quick] [--budget-s SECONDS]
+                   [--impl eager,compile[,copy]] [--quick] [--budget-s SECONDS] [--nvtx-once]
 
 Writes CSV (default bench/results/torch.csv): suite, op, dtype, shape, impl, time_us, gbps.
+--nvtx-once times nothing: each selected op runs three times, then once more inside an NVTX range
+named "prof", for a profiler to take that launch alone (bench/ncu_pair.sh).
 The shape list must match make_shapes() in bench_gpu.cu.
 """
 import argparse
@@ -137,6 +139,8 @@ def main():
                     help="replay each graph for at least this long before timing (as bench_gpu)")
     ap.add_argument("--budget-s", type=float, default=1e9,
                     help="stop starting new torch.compile measurements after this many seconds")
+    ap.add_argument("--nvtx-once", action="store_true",
+                    help="no timing: three warm calls, then one inside the NVTX range \"prof\"")
     args = ap.parse_args()
     WARM_MS = args.warm_ms
     only_cols = [int(c) for c in args.cols.split(",") if c]
@@ -194,6 +198,15 @@ def main():
                         comp_s = time.time() - t0
                     else:
                         f_run = fn
+                    if args.nvtx_once:
+                        for _ in range(3):
+                            f_run(xs[0])
+                        torch.cuda.synchronize()
+                        torch.cuda.nvtx.range_push("prof")
+                        f_run(xs[0])
+                        torch.cuda.synchronize()
+                        torch.cuda.nvtx.range_pop()
+                        continue
                     try:
                         t = time_graph(f_run, xs, N)
                     except Exception as e:  # report and go on: one shape must not end the run
