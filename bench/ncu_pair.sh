@@ -26,10 +26,12 @@ for r in long_scoreboard wait short_scoreboard barrier math_pipe_throttle lg_thr
     no_instruction branch_resolving not_selected selected; do
     M=$M,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio
 done
-ncu --clock-control none --csv --print-units base -k regex:'nd_rows_' --launch-skip 20 --launch-count 1 --metrics "$M" \
+# ncu with the metrics above as CSV, in base units (nanoseconds); "$@": which launches, the program
+prof() { ncu --clock-control none --csv --print-units base --metrics "$M" "$@"; }
+prof -k regex:'nd_rows_' --launch-skip 20 --launch-count 1 \
     "$BIN" --suite rows --op "$OP" --dtype "$DTYPE" --cols "$COLS" --csv /tmp/ncu_pair_bench.csv \
     > "$OUT/${tag}_normd.csv"
-ncu --clock-control none --csv --print-units base --nvtx --nvtx-include 'prof/' --metrics "$M" \
+prof --nvtx --nvtx-include 'prof/' \
     python3 bench/torch_bench.py --suite rows --op "$OP" --dtype "$DTYPE" --cols "$COLS" \
     --impl compile --nvtx-once --csv /tmp/ncu_pair_torch.csv > "$OUT/${tag}_compile.csv"
 python3 - "$OUT/${tag}_normd.csv" "$OUT/${tag}_compile.csv" "$((49152 * COLS))" <<'PY'
