@@ -8,9 +8,9 @@
 #
 # Rows of the bench's rows suite: 49152 x COLS (COLS <= 32768). Prints, per kernel: time,
 # grid x block, registers, achieved occupancy, issue slots busy, warp instructions and
-# instructions an element (warp instructions x 32 / elements), DRAM throughput, and the top warp
-# stall reasons (samples per issued instruction). Keeps ncu's raw CSVs in OUT (default
-# bench/results/ncu). The clocks are left alone (--clock-control none), as DEVICE.md asks.
+# instructions an element (warp instructions x 32 / elements), DRAM throughput and bytes read and
+# written, and the top warp stall reasons (samples per issued instruction). Keeps ncu's raw CSVs
+# in OUT (default bench/results/ncu). The clocks are left alone (--clock-control none), as DEVICE.md asks.
 set -euo pipefail
 OP=${OP:?OP=layernorm|rmsnorm|softmax|log_softmax}
 DTYPE=${DTYPE:?DTYPE=float32|float16|bfloat16}
@@ -22,6 +22,7 @@ tag=${OP}_${DTYPE}_${COLS}
 M=gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread
 M=$M,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active
 M=$M,smsp__inst_executed.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
+M=$M,dram__bytes_read.sum,dram__bytes_write.sum
 for r in long_scoreboard wait short_scoreboard barrier math_pipe_throttle lg_throttle mio_throttle \
     no_instruction branch_resolving not_selected selected; do
     M=$M,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio
@@ -66,7 +67,9 @@ for label, path in (("normd", sys.argv[1]), ("torch.compile", sys.argv[2])):
               f" occupancy {g('sm__warps_active.avg.pct_of_peak_sustained_active'):.1f}%,"
               f" issue {g('smsp__issue_active.avg.pct_of_peak_sustained_active'):.1f}%,"
               f" DRAM {g('dram__throughput.avg.pct_of_peak_sustained_elapsed'):.1f}%")
-        print(f"  {inst:,.0f} warp instructions, {inst * 32 / elements:.2f} an element")
+        print(f"  {inst:,.0f} warp instructions, {inst * 32 / elements:.2f} an element;"
+              f" DRAM read {g('dram__bytes_read.sum') / 1e6:.1f} MB, written"
+              f" {g('dram__bytes_write.sum') / 1e6:.1f} MB")
         stalls = sorted(((v, k.split("stalled_")[1].split("_per_")[0]) for k, v in m.items()
                          if "issue_stalled" in k), reverse=True)
         print("  stalls per issue: " + ", ".join(f"{n} {v:.2f}" for v, n in stalls[:6]))

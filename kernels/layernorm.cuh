@@ -229,7 +229,12 @@ struct nd_layernorm_policy : nd_norm_policy {
      * And on an H200 (two alternating rounds, bench/results/ln_short_h200.txt): 2 rows a group
      * for groups of 8 and 16 lanes of 2-3 packs (no spill), to have twice the bytes in flight:
      * float16 / bfloat16 128 columns 85.6 / 83.4 -> 81.3 / 80.8, 192 90.0 / 87.8 -> 79.4 / 78.3,
-     * 384 93.1 / 91.0 -> 88.6 / 87.4, float32 64 93.1 -> 88.0, 192 96.8 -> 93.1. */
+     * 384 93.1 / 91.0 -> 88.6 / 87.4, float32 64 93.1 -> 88.0, 192 96.8 -> 93.1.
+     * And (H200, two alternating rounds, same file) 16-bit rows of 32-64 packs in a full warp a
+     * row, 1-2 packs a lane (2 rows a group at 1), the layout of torch.compile's kernel there
+     * and of bench/loop_probe.cu's short_rows, which ran 256 / 512 columns 4-6 points above the
+     * library: through this op's warp kernel float16 / bfloat16 256 columns 86.7 / 84.4 -> 78.9
+     * / 78.0, 320-448 15-25 lower, 512 92.1 / 90.9 -> 89.1. */
 };
 
 struct nd_layernorm_op {

@@ -69,6 +69,8 @@ struct nd_norm_policy {
      * 16-bit lost 2-12, at 333-2047 2-22. H100, the kept rule: 16-bit 7-79 columns +3.5 to
      * +20, float32 7 +11. */
     static constexpr int stage_packs(int) { return 10; }
+    /* no row takes the loop kernel (rows_loop.cuh); RMSNorm's policy names its rows */
+    static constexpr int loop(int, int64_t, bool) { return 0; }
 };
 
 /* The policy an op runs with: Op::Policy where it names one, else nd_norm_policy. */

@@ -1301,6 +1301,7 @@ static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::P
 #include "rows_split.cuh"
 #include "rows_tile.cuh"
 #include "rows_stage.cuh"
+#include "rows_loop.cuh"
 
 /* Threads of the big block: one block a row for rows past kBlockMax x PM packs, where the
  * policy's big_block(element bytes, packs a thread, fast) takes it instead of the split kernel. */
@@ -1362,6 +1363,9 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *                  of at most this many packs of their own grid take the stage kernel
  *                  (rows_stage.cuh) where y shares x's offset, in the geometry that many packs
  *                  get below (<= 16 * kSubPacks: a sub-warp geometry)
+ *   loop(element bytes, packs, fast)  the loop kernel's geometry (nd_loop_code(threads, packs
+ *                  a pass); rows_loop.cuh) for rows on the grid of `packs` packs past the warp
+ *                  kernels' on a device of the fast class or not; 0: not the loop kernel
  *   warp_fit(element bytes, w, packs, fast)  whether rows on the grid of exactly w lanes x
  *                  packs packs, where the branches below would take 2w lanes with some short
  *                  of packs (ND_ROWS_WARP_FIT) or w lanes of packs + 1 with every lane a pack
@@ -1381,6 +1385,7 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *                                the policy's tile_tiles(element bytes, W, packs, fast, exact,
  *                                full) > 0 and
  *                                nd_rows_tile_ok: x, y on the 16-byte grid, whole packs a row)
+ *   loop(element bytes, P, fast) loop kernel (rows_loop.cuh), rows on the grid (on_grid)
  *   P <= kBlockMax * PM          block kernel, the smallest block that holds the row
  *   P <= 1024 * PM               block kernel of 1024 threads, where big_block says so
  *   P > kBlockMax * PM           split kernel (rows_split.cuh): chunk blocks of split_threads
@@ -1546,6 +1551,13 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             return launch(std::integral_constant<int, 0>());
         });
     };
+    /* the loop kernel (rows_loop.cuh), where the policy's loop() names a geometry for rows on
+     * the grid of P packs */
+    if constexpr (nd_rows_loop_any<Pol>((int)sizeof(T))) {
+        const bool loop_ok = on_grid && a.rows <= 0x7fffffff; /* one block a row */
+        if (const int code = loop_ok ? Pol::loop((int)sizeof(T), P, fast) : 0)
+            return nd_rows_loop_run<Op, T, VEC>(a, prm, code, di, s, name, err);
+    }
     if (P <= cap_block) {
         int threads = BMIN;
         while ((int64_t)threads * PM < P)

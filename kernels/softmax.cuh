@@ -141,6 +141,8 @@ template <bool LOG> struct nd_softmax_policy {
      * to +8; 333-2047: 16-bit -7 to -20, float32 to -17. H100, the kept rule: 16-bit 7-79
      * columns +8 to +26, float32 7 +13 / +15. */
     static constexpr int stage_packs(int) { return 10; }
+    /* no row takes the loop kernel (rows_loop.cuh) */
+    static constexpr int loop(int, int64_t, bool) { return 0; }
     /* Threads of a split kernel's chunk block (rows_split.cuh): 256, 8 packs each (32 KB of
      * float32, 64 KB of 16-bit). H100, three alternating rounds, 512 -> 256, % of the copy
      * ceiling: float32 softmax / log_softmax 128x1048576 83.2 / 83.7 -> 85.0 / 85.4, 512x262144

@@ -391,6 +391,74 @@ Test(gpu_rows, split_many_rows)
             }
 }
 
+/* Whether the device is of the row dispatch's fast class (ND_ROWS_FAST_GBPS: peak DRAM
+ * bandwidth of 4000 GB/s or more, 2 x memory clock x bus width), where its policies take the
+ * routes measured on such a device (an H200). */
+static int fast_device(void)
+{
+    int khz = 0, bits = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, 0));
+    CUDA_OK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, 0));
+    return 2.0 * khz * 1e3 * (bits / 8) / 1e9 >= 4000.0;
+}
+
+/* RMSNorm's rows on the 16-byte grid of some lengths take the loop kernel on a fast device
+ * (rows_loop.cuh; nd_rmsnorm_policy::loop): two passes over x in passes of threads x 1, 2 or
+ * 4 packs. Those widths (float32 6144: a pass of 512 x 4 packs that ends at the third) and
+ * widths beside them, many rows, in every dtype, on any device; the plans of some of them,
+ * and of the same rows off the grid (the block kernel). */
+Test(gpu_rows, loop_kernel_many_rows)
+{
+    need_device();
+    static const nd_dtype dts[] = {ND_FLOAT32, ND_FLOAT16, ND_BFLOAT16};
+    static const int64_t widths[] = {2048, 4096, 6144, 8192, 16384, 32768, 5000, 32760};
+    uint64_t rng = 0x6200;
+    for (int d = 0; d < 3; d++)
+        for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++)
+            for (int v = 0; v < 3; v++) {
+                rcase c = {ND_OP_RMSNORM, dts[d], v == 1 ? 300 : 41, widths[w], 0, 0, v != 1,
+                           v == 0, v == 2 ? 1e4 : 0.0, case_std(ND_OP_RMSNORM)};
+                run_case(&c, &rng);
+            }
+    static const struct {
+        nd_dtype dt;
+        int64_t cols;
+        int xoff;
+        const char *kind; /* on a fast device; elsewhere a loop plan is a block's */
+    } plans[] = {{ND_FLOAT16, 4096, 0, "loop threads=256 packs=2"},
+                 {ND_FLOAT32, 4096, 0, "loop threads=512 packs=2"},
+                 {ND_BFLOAT16, 16384, 0, "loop threads=512 packs=4"},
+                 {ND_FLOAT16, 32768, 0, "loop threads=1024 packs=1"},
+                 {ND_FLOAT32, 6144, 0, "loop threads=512 packs=4"},
+                 {ND_FLOAT16, 8192, 0, "block "},
+                 {ND_FLOAT16, 4096, 1, "block "},
+                 {ND_FLOAT16, 2048, 0, "warp "}};
+    const int fast = fast_device();
+    void *x = NULL, *y = NULL;
+    CUDA_OK(cudaMalloc(&x, (size_t)4 * 32768 * 4 + 16));
+    CUDA_OK(cudaMalloc(&y, (size_t)4 * 32768 * 4 + 16));
+    CUDA_OK(cudaMemset(x, 0, (size_t)4 * 32768 * 4 + 16));
+    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
+        const size_t es = nd_dtype_size(plans[i].dt);
+        nd_norm_args a = {plans[i].dt, 4, plans[i].cols, (char *)x + plans[i].xoff * es,
+                          (char *)y + plans[i].xoff * es, NULL, NULL, 1e-6f, NULL, NULL};
+        nd_error err = {{0}};
+        nd_cuda_plan_trace(1);
+        nd_status st = nd_cuda_rmsnorm(&a, 0, &err);
+        nd_cuda_plan_trace(0);
+        cr_assert_eq(st, ND_OK, "%s", err.msg);
+        const char *want = fast || strncmp(plans[i].kind, "loop", 4) ? plans[i].kind : "block ";
+        cr_expect(strncmp(nd_cuda_last_plan(), want, strlen(want)) == 0,
+                  "rmsnorm %s 4 x %lld, x %d elements off the grid, %s device: plan \"%s\", "
+                  "expected it to start with \"%s\"",
+                  nd_dtype_name(plans[i].dt), (long long)plans[i].cols, plans[i].xoff,
+                  fast ? "a fast" : "a", nd_cuda_last_plan(), want);
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    cudaFree(x);
+    cudaFree(y);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Ulp accuracy of LayerNorm and RMSNorm (issue 13). The shared rule (nd_close) lets a 16-bit
  * result be anywhere within 1e-5 of the reference, which near zero is many ulp (a bfloat16 of
