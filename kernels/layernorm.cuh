@@ -96,6 +96,11 @@
 #ifndef ND_LN_BIG_ONE_ROUND
 #define ND_LN_BIG_ONE_ROUND 1
 #endif
+/* nd_layernorm_policy::loop: 1 as measured (float32 8192 columns); 2 rows of 512, 1024, 1280,
+ * 1536, 2048 and 4096 packs on the grid (A/B runs); 0 none */
+#ifndef ND_LN_LOOP
+#define ND_LN_LOOP 1
+#endif
 
 /* ---------------------------------------------------------------------------------------------
  * Op
@@ -213,6 +218,26 @@ struct nd_layernorm_policy : nd_norm_policy {
      * 51 / 68, 77 26 / 39 -> 35 / 54, 127 24 / 45 -> 37 / 57, 197 29 / 54 -> 34 / 61, 255 24 /
      * 59 -> 29 / 66; 333 columns -1 / +2, 1001 -6 / -31. H100: 7-255 columns +3.6 to +17. */
     static constexpr int stage_packs(int elem_bytes) { return elem_bytes == 2 ? 32 : 64; }
+    /* Float32 rows on the grid of 8192 columns (2048 packs) take the loop kernel on a fast
+     * device (rows_loop.cuh; 512 threads x 4 packs a pass, one pass for the statistics:
+     * nd_ctx_short_chains). H200, two alternating rounds, % of the same-run copy ceiling, block
+     * kernel -> loop kernel (bench/results/ln_loop_h200.txt): 96.5 -> 100.6. Every other width
+     * measured lost, RMSNorm's geometries at 2048-32768 columns: float32 2048-6144 0.1-20
+     * points, 16384 16; 16-bit 4096-32768 16-30 (5120 and 6144 within 0.3); at 1536 threads an
+     * SM (40 registers) as much or more. */
+    static constexpr int loop(int elem_bytes, int64_t packs, bool fast)
+    {
+        const bool take = ND_LN_LOOP == 2 ? fast && (packs == 512 || packs == 1024 ||
+                                                     packs == 1280 || packs == 1536 ||
+                                                     packs == 2048 || packs == 4096)
+                                          : ND_LN_LOOP == 1 && fast && elem_bytes == 4 &&
+                                                packs == 2048;
+        return !take          ? 0
+               : packs == 512 ? nd_loop_code(256, 2)
+               : packs <= 1024 ? nd_loop_code(512, 2)
+               : packs <= 2048 ? nd_loop_code(512, 4)
+                               : nd_loop_code(1024, 1);
+    }
     /* Tried after (H100, three alternating rounds, bench/results/rows_hold_h100.txt), none kept:
      *   16-bit rows of 32-63 packs at 2 packs a lane too (256 columns: 16 lanes, parameters
      *   held): 93.1 / 93.9 -> 92.0 / 92.7% of the copy ceiling;
@@ -236,6 +261,19 @@ struct nd_layernorm_policy : nd_norm_policy {
      * library: through this op's warp kernel float16 / bfloat16 256 columns 86.7 / 84.4 -> 78.9
      * / 78.0, 320-448 15-25 lower, 512 92.1 / 90.9 -> 89.1. */
 };
+
+/* The loop kernel's float32 rows take one pass for their statistics (stream_stats,
+ * nd_ctx_short_chains): at most 16 elements a thread, as the register kernels' one-pass rows. */
+constexpr bool nd_ln_loop_chains_short()
+{
+    for (int p = 1; p <= 1 << 13; p++) {
+        const int code = nd_layernorm_policy::loop(4, p, true);
+        if (code && (p + code / 8 - 1) / (code / 8) * 4 > 16)
+            return false;
+    }
+    return true;
+}
+static_assert(nd_ln_loop_chains_short(), "LayerNorm's float32 loop rows: at most 16 elements a thread");
 
 struct nd_layernorm_op {
     typedef nd_layernorm_policy Policy;
@@ -459,14 +497,16 @@ struct nd_layernorm_op {
         row_sums<R, N>(v, st, ctx, p, s);
     }
 
-    /* The stream kernel: one pass for the sums of a 16-bit row (shift: its first element), two
-     * for a float32 row (the mean first, as the two-round form above). */
+    /* The stream and loop kernels: one pass for the sums of a 16-bit row (shift: its first
+     * element), two for a float32 row (the mean first, as the two-round form above), but one,
+     * shifted by the first element, where a thread sums at most 16 of the row's elements
+     * (nd_ctx_short_chains: the loop kernel), as the register kernels' threads of up to 16 do. */
     template <class Ctx>
     static __device__ __forceinline__ void stream_stats(State &st, const Ctx &ctx, const Params &p)
     {
         constexpr bool RAW = nd_norm_raw<Ctx::kElemBytes>::value;
         float shift = ctx.x0;
-        if constexpr (!RAW) {
+        if constexpr (!RAW && !nd_ctx_short_chains<Ctx>::value) {
             float m[1] = {0.0f};
             ctx.for_each([&](float x) { m[0] += x; });
             ctx.template allreduce<1>(m, nd_op_sum());

@@ -18,6 +18,9 @@
 #ifndef ND_RMS_LOOP /* 1: nd_rmsnorm_policy::loop names the rows below; 0: none */
 #define ND_RMS_LOOP 1
 #endif
+#ifndef ND_RMS_LOOP16_1024 /* the loop geometry for 16-bit rows of 1024 packs (0: the block kernel) */
+#define ND_RMS_LOOP16_1024 nd_loop_code(256, 4)
+#endif
 
 #ifndef ND_RMS_SUB_FULL16 /* nd_rmsnorm_policy::sub_full(2) */
 #define ND_RMS_SUB_FULL16 16
@@ -91,14 +94,15 @@ struct nd_rmsnorm_policy : nd_norm_policy {
     static constexpr bool big_block(int elem_bytes, int, bool) { return elem_bytes == 4; }
     /* Rows on the grid of these lengths take the loop kernel on a fast device (rows_loop.cuh):
      * float32 2048, 4096, 6144, 8192 and 16384 columns (512, 1024, 1536, 2048 and 4096 packs),
-     * 16-bit 4096, 16384 and 32768 (512, 2048, 4096 packs); threads x packs a pass 256 x 2 for
+     * 16-bit 4096, 8192, 16384 and 32768 (512-4096 packs); threads x packs a pass 256 x 2 for
      * 512 packs, 512 x 2 up to 1024, 512 x 4 up to 2048, 1024 x 1 beyond, as
-     * bench/loop_probe.cu measured best at each power of two. H200, two alternating rounds, %
+     * bench/loop_probe.cu measured best at each power of two, but 256 x 4 for 16-bit rows of
+     * 1024 packs (8192 columns), where 512 x 2 lost: 96.6 / 96.8 -> 98.6 / 98.6 (1024 x 1: 57). H200, two alternating rounds, %
      * of the same-run copy ceiling, block kernel -> loop kernel (bench/results/
      * rms_loop_h200.txt): float32 97.2 / 96.8 / 96.1 / 96.5 / 98.4 -> 100.2 / 99.2 / 100.2 /
      * 100.1 / 101.2; float16 4096 / 16384 / 32768 96.7 / 96.2 / 97.8 -> 99.1 / 100.3 / 101.0,
      * bfloat16 97.0 / 96.5 / 97.8 -> 98.4 / 100.2 / 101.3. The other widths measured lost:
-     * 16-bit 8192 columns (512 x 2) 96.5 -> 94.0-94.9, 16-bit 5120, 6144, 10240, 20480 and
+     * 16-bit 5120, 6144, 10240, 20480 and
      * 24576 and float32 2560 and 10240 (rows that leave threads a pass short, or more than one
      * pass of 1024) 97-98 -> 70-82, float32 5120 within 0.3; so only the lengths above. */
     static constexpr int loop(int elem_bytes, int64_t packs, bool fast)
@@ -106,6 +110,8 @@ struct nd_rmsnorm_policy : nd_norm_policy {
         const bool take = ND_RMS_LOOP && fast &&
                           (packs == 512 || packs == 2048 || packs == 4096 ||
                            (elem_bytes == 4 && (packs == 1024 || packs == 1536)));
+        if (ND_RMS_LOOP && fast && elem_bytes == 2 && packs == 1024 && ND_RMS_LOOP16_1024)
+            return ND_RMS_LOOP16_1024;
         return !take          ? 0
                : packs == 512 ? nd_loop_code(256, 2)
                : packs <= 1024 ? nd_loop_code(512, 2)

@@ -585,6 +585,14 @@ template <class Ctx, class = void> struct nd_ctx_threads : std::integral_constan
 template <class Ctx>
 struct nd_ctx_threads<Ctx, std::void_t<decltype(Ctx::kThreads)>> : std::integral_constant<int, Ctx::kThreads> {};
 
+/* Whether a stream-statistics context (Op::stream_stats) gives each thread so few elements of a
+ * row (Ctx::kShortChains, the loop kernel's: at most 16) that an op may take one pass where it
+ * would take two over a long row's chains. */
+template <class Ctx, class = void> struct nd_ctx_short_chains : std::false_type {};
+template <class Ctx>
+struct nd_ctx_short_chains<Ctx, std::void_t<decltype(Ctx::kShortChains)>>
+    : std::integral_constant<bool, Ctx::kShortChains> {};
+
 /* Blocks per SM that a warp (ND_CTX_WARP) or plain block (ND_CTX_BLOCK) kernel's launch bounds
  * ask for, which caps its registers: the defaults above (dflt), unless the Op names its own for
  * that kernel, Op::min_blocks(kind, element bytes, packs per thread, threads) != 0. */

@@ -12,13 +12,17 @@
  * kernel took 787 (bench/ncu_pair.sh). bench/loop_probe.cu measured that design first (RMSNorm
  * float32 2048-16384 columns and 16-bit 4096-32768 at 99-103% of the same-run copy ceiling where
  * the library ran 96-99; bench/results/loop_probe_h200.txt); this kernel, through RMSNorm's
- * policy (H200, two runs of two alternating rounds; bench/results/rms_loop_h200.txt):
- *                      block kernel          loop kernel
- *   float32 2048-16384    96.4-98.4           99.2-101.4
- *   16-bit  4096          96.7-97.2           98.3-99.6
- *   16-bit  16384-32768   96.2-97.8           100.2-101.3
+ * policy (H200, alternating rounds, % of the same-run copy ceiling; bench/results/
+ * rms_loop_h200.txt):
+ *                               block kernel   loop kernel
+ *   float32 2048-16384          96.4-98.4      99.2-101.4   (two runs)
+ *   16-bit  4096                96.7-97.2      98.3-99.6    (two runs)
+ *   16-bit  16384-32768         96.2-97.8      100.2-101.3  (two runs)
+ *   16-bit  8192 (256 x 4)      96.6-96.8      98.6         (one run)
+ * and LayerNorm float32 8192 columns 96.5-96.6 -> 100.5-100.6 (bench/results/ln_loop_h200.txt).
  * Its pick is per width: at other widths it lost to the block kernel, most where a pass leaves
- * some threads without a pack (16-bit 5120 columns: 72 against 97.7).
+ * some threads without a pack (RMSNorm 16-bit 5120 columns: 72 against 97.7), and LayerNorm's
+ * 16-bit rows everywhere (16-30 points at 4096-32768 columns).
  *
  * How. Thread t of the block takes the row's 16-byte packs t, t + THREADS, ... U at a time: one
  * pass of U loads in flight (x with an L2 evict-last policy, so it is still there for the second
@@ -50,6 +54,9 @@
  * packs on the 16-byte grid, U packs a thread in flight. */
 template <class T, int VEC, int U> struct nd_loop_ctx {
     static constexpr int kElemBytes = (int)sizeof(T);
+    /* a thread sums few elements of a row (nd_ctx_short_chains): float32 rows take this path
+     * only in geometries of at most 16 elements a thread (nd_layernorm_policy checks its own) */
+    static constexpr bool kShortChains = true;
     const T *xrow;
     float x0; /* the row's first element (dropped by the compiler when the op does not use it) */
     int g, G;
@@ -163,6 +170,8 @@ static nd_status nd_rows_loop_run(const nd_rows_args<T> &a, const typename Op::P
     switch (code) {
     case nd_loop_code(256, 2):
         return launch(integral_constant<int, 256>(), integral_constant<int, 2>());
+    case nd_loop_code(256, 4):
+        return launch(integral_constant<int, 256>(), integral_constant<int, 4>());
     case nd_loop_code(512, 2):
         return launch(integral_constant<int, 512>(), integral_constant<int, 2>());
     case nd_loop_code(512, 4):

@@ -402,37 +402,43 @@ static int fast_device(void)
     return 2.0 * khz * 1e3 * (bits / 8) / 1e9 >= 4000.0;
 }
 
-/* RMSNorm's rows on the 16-byte grid of some lengths take the loop kernel on a fast device
- * (rows_loop.cuh; nd_rmsnorm_policy::loop): two passes over x in passes of threads x 1, 2 or
- * 4 packs. Those widths (float32 6144: a pass of 512 x 4 packs that ends at the third) and
- * widths beside them, many rows, in every dtype, on any device; the plans of some of them,
- * and of the same rows off the grid (the block kernel). */
+/* RMSNorm's and LayerNorm's rows on the 16-byte grid of some lengths take the loop kernel on a
+ * fast device (rows_loop.cuh; the policies' loop): two passes over x in passes of threads x 1,
+ * 2 or 4 packs. Those widths (float32 6144: a pass of 512 x 4 packs that ends at the third) and
+ * widths beside them, many rows, in every dtype, on any device; the plans of some of them, and
+ * of the same rows off the grid (the block kernel). */
 Test(gpu_rows, loop_kernel_many_rows)
 {
     need_device();
     static const nd_dtype dts[] = {ND_FLOAT32, ND_FLOAT16, ND_BFLOAT16};
     static const int64_t widths[] = {2048, 4096, 6144, 8192, 16384, 32768, 5000, 32760};
+    static const nd_op ops[] = {ND_OP_RMSNORM, ND_OP_LAYERNORM};
     uint64_t rng = 0x6200;
-    for (int d = 0; d < 3; d++)
-        for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++)
-            for (int v = 0; v < 3; v++) {
-                rcase c = {ND_OP_RMSNORM, dts[d], v == 1 ? 300 : 41, widths[w], 0, 0, v != 1,
-                           v == 0, v == 2 ? 1e4 : 0.0, case_std(ND_OP_RMSNORM)};
-                run_case(&c, &rng);
-            }
+    for (int o = 0; o < 2; o++)
+        for (int d = 0; d < 3; d++)
+            for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++)
+                for (int v = 0; v < 3; v++) {
+                    rcase c = {ops[o], dts[d], v == 1 ? 300 : 41, widths[w], 0, 0, v != 1,
+                               v == 0, v == 2 ? 1e4 : 0.0, case_std(ops[o])};
+                    run_case(&c, &rng);
+                }
     static const struct {
+        nd_op op;
         nd_dtype dt;
         int64_t cols;
         int xoff;
         const char *kind; /* on a fast device; elsewhere a loop plan is a block's */
-    } plans[] = {{ND_FLOAT16, 4096, 0, "loop threads=256 packs=2"},
-                 {ND_FLOAT32, 4096, 0, "loop threads=512 packs=2"},
-                 {ND_BFLOAT16, 16384, 0, "loop threads=512 packs=4"},
-                 {ND_FLOAT16, 32768, 0, "loop threads=1024 packs=1"},
-                 {ND_FLOAT32, 6144, 0, "loop threads=512 packs=4"},
-                 {ND_FLOAT16, 8192, 0, "block "},
-                 {ND_FLOAT16, 4096, 1, "block "},
-                 {ND_FLOAT16, 2048, 0, "warp "}};
+    } plans[] = {{ND_OP_RMSNORM, ND_FLOAT16, 4096, 0, "loop threads=256 packs=2"},
+                 {ND_OP_RMSNORM, ND_FLOAT32, 4096, 0, "loop threads=512 packs=2"},
+                 {ND_OP_RMSNORM, ND_BFLOAT16, 16384, 0, "loop threads=512 packs=4"},
+                 {ND_OP_RMSNORM, ND_FLOAT16, 32768, 0, "loop threads=1024 packs=1"},
+                 {ND_OP_RMSNORM, ND_FLOAT32, 6144, 0, "loop threads=512 packs=4"},
+                 {ND_OP_RMSNORM, ND_BFLOAT16, 8192, 0, "loop threads=256 packs=4"},
+                 {ND_OP_RMSNORM, ND_FLOAT16, 10240, 0, "block "},
+                 {ND_OP_RMSNORM, ND_FLOAT16, 4096, 1, "block "},
+                 {ND_OP_RMSNORM, ND_FLOAT16, 2048, 0, "warp "},
+                 {ND_OP_LAYERNORM, ND_FLOAT32, 8192, 0, "loop threads=512 packs=4"},
+                 {ND_OP_LAYERNORM, ND_FLOAT16, 8192, 0, "block "}};
     const int fast = fast_device();
     void *x = NULL, *y = NULL;
     CUDA_OK(cudaMalloc(&x, (size_t)4 * 32768 * 4 + 16));
@@ -444,14 +450,15 @@ Test(gpu_rows, loop_kernel_many_rows)
                           (char *)y + plans[i].xoff * es, NULL, NULL, 1e-6f, NULL, NULL};
         nd_error err = {{0}};
         nd_cuda_plan_trace(1);
-        nd_status st = nd_cuda_rmsnorm(&a, 0, &err);
+        nd_status st = plans[i].op == ND_OP_RMSNORM ? nd_cuda_rmsnorm(&a, 0, &err)
+                                                    : nd_cuda_layernorm(&a, 0, &err);
         nd_cuda_plan_trace(0);
         cr_assert_eq(st, ND_OK, "%s", err.msg);
         const char *want = fast || strncmp(plans[i].kind, "loop", 4) ? plans[i].kind : "block ";
         cr_expect(strncmp(nd_cuda_last_plan(), want, strlen(want)) == 0,
-                  "rmsnorm %s 4 x %lld, x %d elements off the grid, %s device: plan \"%s\", "
+                  "%s %s 4 x %lld, x %d elements off the grid, %s device: plan \"%s\", "
                   "expected it to start with \"%s\"",
-                  nd_dtype_name(plans[i].dt), (long long)plans[i].cols, plans[i].xoff,
+                  nd_op_name(plans[i].op), nd_dtype_name(plans[i].dt), (long long)plans[i].cols, plans[i].xoff,
                   fast ? "a fast" : "a", nd_cuda_last_plan(), want);
     }
     CUDA_OK(cudaDeviceSynchronize());
