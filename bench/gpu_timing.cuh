@@ -1,6 +1,7 @@
 /*
- * gpu_timing.cuh - what the GPU benchmarks (bench_gpu.cu, rows_sweep.cu) share: random inputs,
- * the copy kernel of the memory ceiling, and timing by CUDA graph replay.
+ * gpu_timing.cuh - what the GPU benchmarks (bench_gpu.cu, rows_sweep.cu, the probes) share:
+ * random inputs, 16-byte packs as floats, the copy kernel of the memory ceiling, and timing by
+ * CUDA graph replay.
  */
 #ifndef ND_BENCH_GPU_TIMING_CUH
 #define ND_BENCH_GPU_TIMING_CUH
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -72,6 +74,43 @@ static inline void fill(nd_dtype dt, void *p, int64_t n, uint32_t seed, float lo
     else
         fill_kernel<__nv_bfloat16><<<1024, 256>>>((__nv_bfloat16 *)p, n, seed, lo, hi);
     CK(cudaGetLastError());
+}
+
+/* A 16-byte pack of T (float, __half or __nv_bfloat16) as floats, and back (rounded to nearest
+ * even): for the probes' hand-written kernels. */
+template <class T> __device__ __forceinline__ void unpack(uint4 u, float (&f)[16 / sizeof(T)])
+{
+    if constexpr (sizeof(T) == 4) {
+        f[0] = __uint_as_float(u.x); f[1] = __uint_as_float(u.y);
+        f[2] = __uint_as_float(u.z); f[3] = __uint_as_float(u.w);
+    } else {
+        const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            T h[2];
+            memcpy(h, &w[i], 4);
+            f[2 * i] = (float)h[0];
+            f[2 * i + 1] = (float)h[1];
+        }
+    }
+}
+
+template <class T> __device__ __forceinline__ uint4 pack(const float (&f)[16 / sizeof(T)])
+{
+    uint4 u;
+    if constexpr (sizeof(T) == 4) {
+        u.x = __float_as_uint(f[0]); u.y = __float_as_uint(f[1]);
+        u.z = __float_as_uint(f[2]); u.w = __float_as_uint(f[3]);
+    } else {
+        unsigned w[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            T h[2] = {(T)f[2 * i], (T)f[2 * i + 1]};
+            memcpy(&w[i], h, 4);
+        }
+        u.x = w[0]; u.y = w[1]; u.z = w[2]; u.w = w[3];
+    }
+    return u;
 }
 
 /* 16-byte vectorized copy: one 16-byte load and store per thread, one block per 4 KB, as many

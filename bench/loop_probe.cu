@@ -34,39 +34,17 @@
 
 #include "gpu_timing.cuh"
 
-template <class T> __device__ __forceinline__ void unpack(uint4 u, float (&f)[16 / sizeof(T)])
+/* s += d and q += d^2 over a pack's elements, d = x - sh */
+template <class T> __device__ __forceinline__ void add_shifted(uint4 v, float sh, float &s, float &q)
 {
-    if constexpr (sizeof(T) == 4) {
-        f[0] = __uint_as_float(u.x); f[1] = __uint_as_float(u.y);
-        f[2] = __uint_as_float(u.z); f[3] = __uint_as_float(u.w);
-    } else {
-        const unsigned w[4] = {u.x, u.y, u.z, u.w};
+    float f[16 / sizeof(T)];
+    unpack<T>(v, f);
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            T h[2];
-            memcpy(h, &w[i], 4);
-            f[2 * i] = (float)h[0];
-            f[2 * i + 1] = (float)h[1];
-        }
+    for (int j = 0; j < 16 / (int)sizeof(T); j++) {
+        const float d = f[j] - sh;
+        s += d;
+        q = fmaf(d, d, q);
     }
-}
-
-template <class T> __device__ __forceinline__ uint4 pack(const float (&f)[16 / sizeof(T)])
-{
-    uint4 u;
-    if constexpr (sizeof(T) == 4) {
-        u.x = __float_as_uint(f[0]); u.y = __float_as_uint(f[1]);
-        u.z = __float_as_uint(f[2]); u.w = __float_as_uint(f[3]);
-    } else {
-        unsigned w[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            T h[2] = {(T)f[2 * i], (T)f[2 * i + 1]};
-            memcpy(&w[i], h, 4);
-        }
-        u.x = w[0]; u.y = w[1]; u.z = w[2]; u.w = w[3];
-    }
-    return u;
 }
 
 __device__ __forceinline__ uint4 ld_last(const uint4 *p)
@@ -107,14 +85,7 @@ __global__ void __launch_bounds__(TH) loop_rows(const uint4 *__restrict__ x, uin
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const float sh = p0 + (long)u * TH < P ? shift : 0.0f; /* a pad pack adds 0 */
-            float f[VEC];
-            unpack<T>(v[u], f);
-#pragma unroll
-            for (int j = 0; j < VEC; j++) {
-                const float d = f[j] - sh;
-                s[u] += d;
-                q[u] = fmaf(d, d, q[u]);
-            }
+            add_shifted<T>(v[u], sh, s[u], q[u]);
         }
     }
 #pragma unroll
@@ -207,15 +178,7 @@ __global__ void __launch_bounds__(32 * NW) short_rows(const uint4 *__restrict__ 
         s[r] = q[r] = 0.0f;
 #pragma unroll
         for (int k = 0; k < PK; k++) {
-            const float sh = lane + 32L * k < P ? shift[r] : 0.0f;
-            float f[VEC];
-            unpack<T>(v[r][k], f);
-#pragma unroll
-            for (int j = 0; j < VEC; j++) {
-                const float d = f[j] - sh;
-                s[r] += d;
-                q[r] = fmaf(d, d, q[r]);
-            }
+            add_shifted<T>(v[r][k], lane + 32L * k < P ? shift[r] : 0.0f, s[r], q[r]);
         }
     }
 #pragma unroll

@@ -42,41 +42,6 @@
 
 constexpr int TH = 512, PK = 8;
 
-template <class T> __device__ __forceinline__ void unpack(uint4 u, float (&f)[16 / sizeof(T)])
-{
-    if constexpr (sizeof(T) == 4) {
-        f[0] = __uint_as_float(u.x); f[1] = __uint_as_float(u.y);
-        f[2] = __uint_as_float(u.z); f[3] = __uint_as_float(u.w);
-    } else {
-        const unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            __half2 h;
-            memcpy(&h, &w[i], 4);
-            f[2 * i] = __low2float(h);
-            f[2 * i + 1] = __high2float(h);
-        }
-    }
-}
-
-template <class T> __device__ __forceinline__ uint4 pack(const float (&f)[16 / sizeof(T)])
-{
-    uint4 u;
-    if constexpr (sizeof(T) == 4) {
-        u.x = __float_as_uint(f[0]); u.y = __float_as_uint(f[1]);
-        u.z = __float_as_uint(f[2]); u.w = __float_as_uint(f[3]);
-    } else {
-        unsigned w[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            __half2 h = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
-            memcpy(&w[i], &h, 4);
-        }
-        u.x = w[0]; u.y = w[1]; u.z = w[2]; u.w = w[3];
-    }
-    return u;
-}
-
 __device__ __forceinline__ void st_relaxed(unsigned *p, unsigned v)
 {
     asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
