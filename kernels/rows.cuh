@@ -1562,7 +1562,8 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
     /* the loop kernel (rows_loop.cuh), where the policy's loop() names a geometry for rows on
      * the grid of P packs */
     if constexpr (nd_rows_loop_any<Pol>((int)sizeof(T))) {
-        const bool loop_ok = on_grid && a.rows <= 0x7fffffff; /* one block a row */
+        /* one block a row: a grid of every row (ND_ROWS_GRID) of at most 2^31 - 1 */
+        const bool loop_ok = ND_ROWS_GRID != 0 && on_grid && a.rows <= 0x7fffffff;
         if (const int code = loop_ok ? Pol::loop((int)sizeof(T), P, fast) : 0)
             return nd_rows_loop_run<Op, T, VEC>(a, prm, code, di, s, name, err);
     }

@@ -142,12 +142,13 @@ nd_rows_loop_kernel(nd_rows_args<T> a, typename Op::Params prm)
 /* The policy's loop geometry, packed as threads * 8 + packs a pass (0: not the loop path). */
 constexpr int nd_loop_code(int threads, int packs) { return threads * 8 + packs; }
 
-/* Whether some row of T takes the loop path on some device (so its kernels are compiled). */
+/* Whether some row of T, of up to 8192 packs, takes the loop path on some device (so its
+ * kernels are compiled; the policies name rows of 512-4096 packs). */
 template <class Pol> constexpr bool nd_rows_loop_any(int elem_bytes)
 {
     if (!ND_ROWS_LOOP)
         return false;
-    for (int p = 1; p <= 1 << 16; p *= 2)
+    for (int p = 1; p <= 1 << 13; p++)
         if (Pol::loop(elem_bytes, p, true) || Pol::loop(elem_bytes, p, false))
             return true;
     return false;
