@@ -97,14 +97,14 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * 16-bit 4096, 8192, 16384 and 32768 (512-4096 packs); threads x packs a pass 256 x 2 for
      * 512 packs, 512 x 2 up to 1024, 512 x 4 up to 2048, 1024 x 1 beyond, as
      * bench/loop_probe.cu measured best at each power of two, but 256 x 4 for 16-bit rows of
-     * 1024 packs (8192 columns), where 512 x 2 lost: 96.6 / 96.8 -> 98.6 / 98.6 (1024 x 1: 57). H200, two alternating rounds, %
-     * of the same-run copy ceiling, block kernel -> loop kernel (bench/results/
-     * rms_loop_h200.txt): float32 97.2 / 96.8 / 96.1 / 96.5 / 98.4 -> 100.2 / 99.2 / 100.2 /
-     * 100.1 / 101.2; float16 4096 / 16384 / 32768 96.7 / 96.2 / 97.8 -> 99.1 / 100.3 / 101.0,
-     * bfloat16 97.0 / 96.5 / 97.8 -> 98.4 / 100.2 / 101.3. The other widths measured lost:
-     * 16-bit 5120, 6144, 10240, 20480 and
-     * 24576 and float32 2560 and 10240 (rows that leave threads a pass short, or more than one
-     * pass of 1024) 97-98 -> 70-82, float32 5120 within 0.3; so only the lengths above. */
+     * 1024 packs (ND_RMS_LOOP16_1024). H200, alternating rounds, % of the same-run copy
+     * ceiling, block kernel -> loop kernel (bench/results/rms_loop_h200.txt): float32 97.2 /
+     * 96.8 / 96.1 / 96.5 / 98.4 -> 100.2 / 99.2 / 100.2 / 100.1 / 101.2; float16 4096 / 16384 /
+     * 32768 96.7 / 96.2 / 97.8 -> 99.1 / 100.3 / 101.0, bfloat16 97.0 / 96.5 / 97.8 -> 98.4 /
+     * 100.2 / 101.3; 16-bit 8192 96.6 / 96.8 -> 98.6 / 98.6 (512 x 2: 94.0-94.9; 1024 x 1: 57).
+     * The other widths measured lost: 16-bit 5120, 6144, 10240, 20480 and 24576 and float32
+     * 2560 and 10240 (rows that leave threads a pass short, or more than one pass of 1024)
+     * 97-98 -> 70-82, float32 5120 within 0.3; so only the lengths above. */
     static constexpr int loop(int elem_bytes, int64_t packs, bool fast)
     {
         const bool take = ND_RMS_LOOP && fast &&

@@ -458,8 +458,8 @@ Test(gpu_rows, loop_kernel_many_rows)
         cr_expect(strncmp(nd_cuda_last_plan(), want, strlen(want)) == 0,
                   "%s %s 4 x %lld, x %d elements off the grid, %s device: plan \"%s\", "
                   "expected it to start with \"%s\"",
-                  nd_op_name(plans[i].op), nd_dtype_name(plans[i].dt), (long long)plans[i].cols, plans[i].xoff,
-                  fast ? "a fast" : "a", nd_cuda_last_plan(), want);
+                  nd_op_name(plans[i].op), nd_dtype_name(plans[i].dt), (long long)plans[i].cols,
+                  plans[i].xoff, fast ? "a fast" : "a", nd_cuda_last_plan(), want);
     }
     CUDA_OK(cudaDeviceSynchronize());
     cudaFree(x);
