@@ -232,11 +232,7 @@ struct nd_layernorm_policy : nd_norm_policy {
                                                      packs == 2048 || packs == 4096)
                                           : ND_LN_LOOP == 1 && fast && elem_bytes == 4 &&
                                                 packs == 2048;
-        return !take          ? 0
-               : packs == 512 ? nd_loop_code(256, 2)
-               : packs <= 1024 ? nd_loop_code(512, 2)
-               : packs <= 2048 ? nd_loop_code(512, 4)
-                               : nd_loop_code(1024, 1);
+        return take ? nd_loop_geometry(packs) : 0;
     }
     /* Tried after (H100, three alternating rounds, bench/results/rows_hold_h100.txt), none kept:
      *   16-bit rows of 32-63 packs at 2 packs a lane too (256 columns: 16 lanes, parameters
@@ -268,7 +264,7 @@ constexpr bool nd_ln_loop_chains_short()
 {
     for (int p = 1; p <= 1 << 13; p++) {
         const int code = nd_layernorm_policy::loop(4, p, true);
-        if (code && (p + code / 8 - 1) / (code / 8) * 4 > 16)
+        if (code && (p + nd_loop_threads(code) - 1) / nd_loop_threads(code) * 4 > 16)
             return false;
     }
     return true;

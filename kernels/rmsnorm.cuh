@@ -94,11 +94,10 @@ struct nd_rmsnorm_policy : nd_norm_policy {
     static constexpr bool big_block(int elem_bytes, int, bool) { return elem_bytes == 4; }
     /* Rows on the grid of these lengths take the loop kernel on a fast device (rows_loop.cuh):
      * float32 2048, 4096, 6144, 8192 and 16384 columns (512, 1024, 1536, 2048 and 4096 packs),
-     * 16-bit 4096, 8192, 16384 and 32768 (512-4096 packs); threads x packs a pass 256 x 2 for
-     * 512 packs, 512 x 2 up to 1024, 512 x 4 up to 2048, 1024 x 1 beyond, as
-     * bench/loop_probe.cu measured best at each power of two, but 256 x 4 for 16-bit rows of
-     * 1024 packs (ND_RMS_LOOP16_1024). H200, alternating rounds, % of the same-run copy
-     * ceiling, block kernel -> loop kernel (bench/results/rms_loop_h200.txt): float32 97.2 /
+     * 16-bit 4096, 8192, 16384 and 32768 (512-4096 packs); threads x packs a pass as
+     * nd_loop_geometry, but 256 x 4 for 16-bit rows of 1024 packs (ND_RMS_LOOP16_1024). H200,
+     * alternating rounds, % of the same-run copy ceiling, block kernel -> loop kernel
+     * (bench/results/rms_loop_h200.txt): float32 97.2 /
      * 96.8 / 96.1 / 96.5 / 98.4 -> 100.2 / 99.2 / 100.2 / 100.1 / 101.2; float16 4096 / 16384 /
      * 32768 96.7 / 96.2 / 97.8 -> 99.1 / 100.3 / 101.0, bfloat16 97.0 / 96.5 / 97.8 -> 98.4 /
      * 100.2 / 101.3; 16-bit 8192 96.6 / 96.8 -> 98.6 / 98.6 (512 x 2: 94.0-94.9; 1024 x 1: 57).
@@ -112,11 +111,7 @@ struct nd_rmsnorm_policy : nd_norm_policy {
                            (elem_bytes == 4 && (packs == 1024 || packs == 1536)));
         if (ND_RMS_LOOP && fast && elem_bytes == 2 && packs == 1024 && ND_RMS_LOOP16_1024)
             return ND_RMS_LOOP16_1024;
-        return !take          ? 0
-               : packs == 512 ? nd_loop_code(256, 2)
-               : packs <= 1024 ? nd_loop_code(512, 2)
-               : packs <= 2048 ? nd_loop_code(512, 4)
-                               : nd_loop_code(1024, 1);
+        return take ? nd_loop_geometry(packs) : 0;
     }
     /* The fitted warp geometries (ND_ROWS_WARP_FIT) of 16-bit rows in lanes of 3 packs (48 and 96
      * columns: 91 / 82 -> 101 / 94% of the copy ceiling) and 8 lanes of 5 (320: 94.0 -> 95.7);

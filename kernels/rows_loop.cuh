@@ -141,6 +141,18 @@ nd_rows_loop_kernel(nd_rows_args<T> a, typename Op::Params prm)
 
 /* The policy's loop geometry, packed as threads * 8 + packs a pass (0: not the loop path). */
 constexpr int nd_loop_code(int threads, int packs) { return threads * 8 + packs; }
+constexpr int nd_loop_threads(int code) { return code / 8; }
+
+/* The geometry bench/loop_probe.cu measured best for rows of `packs` packs at each power of two
+ * (512-4096): 256 x 2 for 512 packs, 512 x 2 up to 1024, 512 x 4 up to 2048, 1024 x 1 beyond.
+ * The policies take it for the rows they name, or name another. */
+constexpr int nd_loop_geometry(int64_t packs)
+{
+    return packs <= 512    ? nd_loop_code(256, 2)
+           : packs <= 1024 ? nd_loop_code(512, 2)
+           : packs <= 2048 ? nd_loop_code(512, 4)
+                           : nd_loop_code(1024, 1);
+}
 
 /* Whether some row of T, of up to 8192 packs, takes the loop path on some device (so its
  * kernels are compiled; the policies name rows of 512-4096 packs). */
