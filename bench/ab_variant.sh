@@ -11,8 +11,10 @@
 # code is most of its size). Several files (a knob in a shared header, e.g. rows_split.cuh, is
 # compiled into every row op) are compiled in parallel. One FILE.cu may be an older copy of a
 # kernel file: KERNEL=softmax_axis names the member it replaces when FILE.cu's own name differs.
+# A FILE.o is an object compiled elsewhere (the same flags; say on a machine without a GPU, to
+# save the GPU machine's time): it goes into the copy as is, and NVCC FLAGS do not apply to it.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,14p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
 name=$1 srcs=$2
 shift 2
 BUILD=${BUILD:-build}
@@ -25,13 +27,18 @@ cp "$BUILD/libndkernels.a" "$dir/libndkernels.a"
 members=()
 IFS=, read -ra files <<< "$srcs"
 for src in "${files[@]}"; do
-    member=$(basename "$src" .cu).o
-    [ ${#files[@]} -eq 1 ] && member=${KERNEL:-$(basename "$src" .cu)}.o
+    base=$(basename "$src"); base=${base%.cu}; base=${base%.o}
+    member=$base.o
+    [ ${#files[@]} -eq 1 ] && member=${KERNEL:-$base}.o
     ar t "$BUILD/libndkernels.a" | grep -qx "$member" ||
         { echo "ab_variant.sh: $BUILD/libndkernels.a has no member $member (KERNEL=...)" >&2; exit 1; }
     members+=("$member")
-    # shellcheck disable=SC2086
-    "$NVCC" $FLAGS -Ikernels "$@" -c "$src" -o "$dir/$member" &
+    if [[ $src == *.o ]]; then
+        cp "$src" "$dir/$member" &
+    else
+        # shellcheck disable=SC2086
+        "$NVCC" $FLAGS -Ikernels "$@" -c "$src" -o "$dir/$member" &
+    fi
 done
 for _ in "${files[@]}"; do wait -n || { echo "ab_variant.sh: a compile failed" >&2; exit 1; }; done
 (cd "$dir" && ar r libndkernels.a "${members[@]}")

@@ -71,6 +71,12 @@ struct nd_norm_policy {
     static constexpr int stage_packs(int) { return 10; }
     /* no row takes the loop kernel (rows_loop.cuh); RMSNorm's policy names its rows */
     static constexpr int loop(int, int64_t, bool) { return 0; }
+    /* no row takes the lean kernel (rows_lean.cuh); LayerNorm's policy names its rows. RMSNorm's
+     * 16-bit rows through it in LayerNorm's first geometries (H200, two alternating rounds, %
+     * of the same-run copy ceiling, bfloat16 / float16; bench/results/lean_h200.txt): 256
+     * columns (2 rows x 4 warps) 95.9 / 95.6 -> 93.5 / 92.8, 512 (1 x 4) and 1024 (1 x 1)
+     * within 0.4. */
+    static constexpr int lean(int, int64_t, bool) { return 0; }
 };
 
 /* The policy an op runs with: Op::Policy where it names one, else nd_norm_policy. */

@@ -12,12 +12,17 @@
  *   tile     the warp kernel's rows, for the geometries the op's policy names, when x and y
  *            sit on the 16-byte grid (rows_tile.cuh): a block's rows come into shared memory by
  *            bulk copies (TMA), a few tiles of rows at once, instead of by each lane's loads.
+ *   lean     a full warp a row, R rows a warp, for the rows on the 16-byte grid of up to 128
+ *            packs that the op's policy names (rows_lean.cuh): the op's stream statistics over
+ *            the registers, parameters loaded once for the warp's rows.
  *   stage    short rows off the 16-byte grid (rows_stage.cuh): a block's rows are one run of
  *            memory, copied through shared memory in 16-byte packs, so the partial packs at the
  *            rows' ends cost nothing in device memory.
  *   block    a block of 64..512 threads holds one row in registers (128 bytes per thread);
  *            all-reduce through shared memory, so every element of x is read from device memory
  *            exactly once: up to 16384 float32 / 32768 16-bit columns.
+ *   loop     one block a row that reads it twice, the second time from L2, for the rows on the
+ *            16-byte grid that the op's policy names (rows_loop.cuh).
  *   split    longer rows (rows_split.cuh): one block per 64 KB chunk of a row, the row's blocks
  *            combining their partial statistics through global memory; x is still read once.
  *   cluster  where the split kernel cannot hold a row's chunks at once: a thread-block cluster of
@@ -1310,6 +1315,7 @@ static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::P
 #include "rows_tile.cuh"
 #include "rows_stage.cuh"
 #include "rows_loop.cuh"
+#include "rows_lean.cuh"
 
 /* Threads of the big block: one block a row for rows past kBlockMax x PM packs, where the
  * policy's big_block(element bytes, packs a thread, fast) takes it instead of the split kernel. */
@@ -1374,6 +1380,10 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *   loop(element bytes, packs, fast)  the loop kernel's geometry (nd_loop_code(threads, packs
  *                  a pass); rows_loop.cuh) for rows on the grid of `packs` packs past the warp
  *                  kernels' on a device of the fast class or not; 0: not the loop kernel
+ *   lean(element bytes, packs, fast)  the lean kernel's geometry (nd_lean_code(rows a warp,
+ *                  warps a block); rows_lean.cuh) for rows on the grid of `packs` packs, at most
+ *                  32 x ND_ROWS_LEAN_MAX_PK, on a device of the fast class or not; 0: the
+ *                  branches below
  *   warp_fit(element bytes, w, packs, fast)  whether rows on the grid of exactly w lanes x
  *                  packs packs, where the branches below would take 2w lanes with some short
  *                  of packs (ND_ROWS_WARP_FIT) or w lanes of packs + 1 with every lane a pack
@@ -1382,6 +1392,8 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  * Choice by P, the most 16-byte packs any row spans (for rows that take the stage kernel, the
  * packs of the row's own grid, ceil(cols / VEC); the sub-warp branch's geometry then runs as the
  * stage kernel):
+ *   lean(element bytes, P, fast) lean kernel (rows_lean.cuh), rows on the grid (on_grid) of
+ *                                P <= 32 * ND_ROWS_LEAN_MAX_PK, ahead of every branch below
  *   P <= 16 * kSubPacks          warp kernel, W = P / SP rounded up to a power of two lanes per
  *                                row, SP = kSubPacks packs per lane (kSubPacks / 2 below
  *                                8 * kSubPacks packs). H200: 2 packs per lane instead of 1 for
@@ -1446,6 +1458,13 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         return ND_ROWS_EXACT && on_grid && a.cols == xc && Pol::exact((int)sizeof(T), xc, fast);
     };
 
+    /* the lean kernel (rows_lean.cuh), where the policy's lean() names a geometry for rows on
+     * the grid of P packs */
+    if constexpr (nd_rows_lean_any<Pol>((int)sizeof(T))) {
+        if (on_grid && P <= 32 * ND_ROWS_LEAN_MAX_PK)
+            if (const int code = nd_rows_lean_code<Pol>((int)sizeof(T), P, fast))
+                return nd_rows_lean_run<Op, T, VEC, Pol>(a, prm, P, code, di, s, name, err);
+    }
     /* Every nd_rows_pick below starts at the least its branch is given (the branches before it
      * take the smaller rows, as noted at each): a lower start would only compile kernels that no
      * row reaches. Were one reached all the same, its n would go to the start's kernel, which

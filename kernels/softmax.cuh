@@ -44,6 +44,10 @@
 #define ND_SM_WIDE16 32
 #endif
 
+#ifndef ND_SM_LEAN /* nd_softmax_policy::lean: 1 as measured, 0 none (A/B runs) */
+#define ND_SM_LEAN 1
+#endif
+
 template <bool LOG> struct nd_softmax_policy {
     static constexpr int kRegBytes = 128;
     /* Packs a lane of the warp kernel loads before its first reduction (R = that / packs rows,
@@ -143,6 +147,20 @@ template <bool LOG> struct nd_softmax_policy {
     static constexpr int stage_packs(int) { return 10; }
     /* no row takes the loop kernel (rows_loop.cuh) */
     static constexpr int loop(int, int64_t, bool) { return 0; }
+    /* 16-bit rows on the grid of 1024 columns (128 packs), and softmax's of 512 (64), take the
+     * lean kernel on a fast device (rows_lean.cuh): 1 row a warp, 1 and 4 warps a block. H200,
+     * two alternating rounds against the warp kernel, % of the same-run copy ceiling, bfloat16
+     * / float16 (bench/results/lean_h200.txt): softmax 1024 columns 97.3 / 97.3 -> 98.5 / 98.2
+     * (1 x 2: 98.3 / 98.6), 512 96.5 / 96.5 -> 97.5 / 97.5; log_softmax 1024 97.7 / 97.3 ->
+     * 99.5 / 98.4. Not taken: log_softmax 512 (1 x 4: 96.8 / 96.4 -> 96.2 / 96.8; 2 x 4: 93.8 /
+     * 94.0), 256 (2 rows of 4 warps: 95 -> 76-81), and 2 or 4 rows a warp at 512-1024
+     * (93.8-97.6). */
+    static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
+    {
+        if (ND_SM_LEAN == 0 || elem_bytes != 2 || !fast)
+            return 0;
+        return packs == 128 ? nd_lean_code(1, 1) : packs == 64 && !LOG ? nd_lean_code(1, 4) : 0;
+    }
     /* Threads of a split kernel's chunk block (rows_split.cuh): 256, 8 packs each (32 KB of
      * float32, 64 KB of 16-bit). H100, three alternating rounds, 512 -> 256, % of the copy
      * ceiling: float32 softmax / log_softmax 128x1048576 83.2 / 83.7 -> 85.0 / 85.4, 512x262144

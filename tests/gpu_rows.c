@@ -466,6 +466,96 @@ Test(gpu_rows, loop_kernel_many_rows)
     cudaFree(y);
 }
 
+/* The plan the dispatch picks for 4 rows of `cols` of op in dt, x and y `xoff` elements past
+ * the 16-byte grid (x and y: room for 4 x 1024 float32 and the offset), zeros in x. */
+static void plan_for(nd_op op, nd_dtype dt, int64_t cols, int xoff, void *x, void *y, char *plan,
+                     size_t n)
+{
+    const size_t es = nd_dtype_size(dt);
+    char *xp = (char *)x + xoff * es, *yp = (char *)y + xoff * es;
+    nd_error err = {{0}};
+    nd_status st;
+    nd_cuda_plan_trace(1);
+    if (op == ND_OP_LAYERNORM || op == ND_OP_RMSNORM) {
+        nd_norm_args a = {dt, 4, cols, xp, yp, NULL, NULL, 1e-5f, NULL, NULL};
+        st = op == ND_OP_LAYERNORM ? nd_cuda_layernorm(&a, 0, &err) : nd_cuda_rmsnorm(&a, 0, &err);
+    } else {
+        nd_softmax_args a = {dt, 4, cols, 1, xp, yp};
+        st = nd_cuda_softmax(&a, op == ND_OP_LOG_SOFTMAX, NULL, &err);
+    }
+    nd_cuda_plan_trace(0);
+    cr_assert_eq(st, ND_OK, "%s", err.msg);
+    snprintf(plan, n, "%s", nd_cuda_last_plan());
+}
+
+/* 16-bit rows on the 16-byte grid of some widths take the lean kernel on a fast device
+ * (rows_lean.cuh; the policies' lean): a warp a row, R rows a warp, NW warps a block, one unit
+ * of R x NW rows a block. LayerNorm's of 256, 512 and 1024 columns, softmax's and
+ * log_softmax's of 1024, softmax's of 512. Those widths and 768 beside them, every op and dtype
+ * (where others take other kernels: the same answers), with row counts that end part-way
+ * through a warp's rows and a block's warps; the plans of some, and of the same rows off the
+ * grid. */
+Test(gpu_rows, lean_kernel_many_rows)
+{
+    need_device();
+    static const nd_op ops[] = {ND_OP_LAYERNORM, ND_OP_SOFTMAX, ND_OP_LOG_SOFTMAX, ND_OP_RMSNORM};
+    static const nd_dtype dts[] = {ND_FLOAT16, ND_BFLOAT16, ND_FLOAT32};
+    static const int64_t widths[] = {256, 512, 768, 1024};
+    static const int64_t rows[] = {1, 2, 3, 9, 41, 301};
+    uint64_t rng = 0x6300;
+    for (int o = 0; o < 4; o++)
+        for (int d = 0; d < 3; d++)
+            for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++)
+                for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
+                    for (int v = 0; v < 3; v++) {
+                        rcase c = {ops[o], dts[d], rows[r], widths[w], 0, 0, v != 1, v == 0,
+                                   v == 2 ? 1e4 : 0.0, case_std(ops[o])};
+                        run_case(&c, &rng);
+                    }
+    static const struct {
+        nd_op op;
+        nd_dtype dt;
+        int64_t cols;
+        int xoff;
+        const char *kind; /* on a fast device; elsewhere any plan but a lean one */
+    } plans[] = {{ND_OP_LAYERNORM, ND_FLOAT16, 256, 0, "lean packs=1 R=4 warps=1 "},
+                 {ND_OP_LAYERNORM, ND_BFLOAT16, 512, 0, "lean packs=2 R=2 warps=1 "},
+                 {ND_OP_LAYERNORM, ND_FLOAT16, 1024, 0, "lean packs=4 R=1 warps=1 "},
+                 {ND_OP_SOFTMAX, ND_BFLOAT16, 1024, 0, "lean packs=4 R=1 warps=1 "},
+                 {ND_OP_SOFTMAX, ND_FLOAT16, 512, 0, "lean packs=2 R=1 warps=4 "},
+                 {ND_OP_LOG_SOFTMAX, ND_FLOAT16, 1024, 0, "lean packs=4 R=1 warps=1 "},
+                 {ND_OP_LOG_SOFTMAX, ND_FLOAT16, 512, 0, NULL},
+                 {ND_OP_LAYERNORM, ND_FLOAT16, 256, 1, NULL},
+                 {ND_OP_SOFTMAX, ND_FLOAT16, 1024, 3, NULL},
+                 {ND_OP_LAYERNORM, ND_FLOAT32, 256, 0, NULL},
+                 {ND_OP_LAYERNORM, ND_BFLOAT16, 264, 0, NULL},
+                 {ND_OP_LAYERNORM, ND_FLOAT16, 768, 0, NULL},
+                 {ND_OP_RMSNORM, ND_FLOAT16, 256, 0, NULL}};
+    const int fast = fast_device();
+    void *x = NULL, *y = NULL;
+    CUDA_OK(cudaMalloc(&x, (size_t)4 * 1024 * 4 + 16));
+    CUDA_OK(cudaMalloc(&y, (size_t)4 * 1024 * 4 + 16));
+    CUDA_OK(cudaMemset(x, 0, (size_t)4 * 1024 * 4 + 16));
+    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
+        char plan[256];
+        plan_for(plans[i].op, plans[i].dt, plans[i].cols, plans[i].xoff, x, y, plan, sizeof plan);
+        if (fast && plans[i].kind)
+            cr_expect(strncmp(plan, plans[i].kind, strlen(plans[i].kind)) == 0,
+                      "%s %s 4 x %lld on a fast device: plan \"%s\", expected it to start with "
+                      "\"%s\"", nd_op_name(plans[i].op), nd_dtype_name(plans[i].dt),
+                      (long long)plans[i].cols, plan, plans[i].kind);
+        else
+            cr_expect(strncmp(plan, "lean", 4) != 0,
+                      "%s %s 4 x %lld, x %d elements off the grid, %s device: plan \"%s\", "
+                      "expected another kernel's", nd_op_name(plans[i].op),
+                      nd_dtype_name(plans[i].dt), (long long)plans[i].cols, plans[i].xoff,
+                      fast ? "a fast" : "a", plan);
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    cudaFree(x);
+    cudaFree(y);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Ulp accuracy of LayerNorm and RMSNorm (issue 13). The shared rule (nd_close) lets a 16-bit
  * result be anywhere within 1e-5 of the reference, which near zero is many ulp (a bfloat16 of
@@ -474,10 +564,11 @@ Test(gpu_rows, loop_kernel_many_rows)
  * 1 ulp of the correctly rounded float64 result, with an absolute floor only where float32
  * arithmetic provably cannot follow (below), and ask the signed errors to average to zero.
  *
- * Widths from 1 to 2,500,001 (every kernel: sub-warp groups, a warp, blocks of 128..512, the
- * float32 block kernel's two-round form at 16001, split rows, and at 2,500,001 the stream kernel
- * on an H100/H200, whose split path holds at most ~2.1M 16-bit / 1.08M float32 columns), x of
- * mean 0 and of mean 1e4 with std 3, each with no gamma/beta and with random gamma ~ N(1, 0.5),
+ * Widths from 1 to 2,500,001 (every kernel: sub-warp groups, a warp, LayerNorm's lean kernel at
+ * 16-bit 256-1024 columns on a fast device, blocks of 128..512, the float32 block kernel's
+ * two-round form at 16001, split rows, and at 2,500,001 the stream kernel on an H100/H200, whose
+ * split path holds at most ~2.1M 16-bit / 1.08M float32 columns), x of mean 0 and of mean 1e4
+ * with std 3, each with no gamma/beta and with random gamma ~ N(1, 0.5),
  * beta ~ N(0, 0.5). Per element:
  *   float16, bfloat16: got within 1 ulp of round(ref) on the dtype's grid, or
  *                      |got - ref| <= 2^-20 (|xhat * gamma| + |beta|)
@@ -505,7 +596,8 @@ Test(gpu_rows, loop_kernel_many_rows)
 
 /* (cols, rows): about 2^18 elements or more for each width */
 static const int64_t ulp_shapes[][2] = {
-    {1, 1024},    {3, 2048},    {33, 2048},    {255, 1024},    {1025, 256},
+    {1, 1024},    {3, 2048},    {33, 2048},    {255, 1024},    {256, 1031},   {512, 257},
+    {1024, 129},  {1025, 256},
     {4097, 64},   {16001, 16},  {32769, 8},    {65537, 4},     {262145, 2},
     {1000003, 2}, {1048576, 1}, {2500001, 1},
 };
