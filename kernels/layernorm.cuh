@@ -103,21 +103,24 @@
 #endif
 
 /* nd_layernorm_policy::lean: 1 as measured; 0 none (A/B runs). ND_LN_LEAN_P<n>: the geometry
- * (nd_lean_code(rows a warp, warps a block), 0: none) of 16-bit rows of n packs. */
+ * (nd_lean_code(lanes a row, rows a group, warps a block), 0: none) of 16-bit rows of n packs. */
 #ifndef ND_LN_LEAN
 #define ND_LN_LEAN 1
 #endif
+#ifndef ND_LN_LEAN_P16
+#define ND_LN_LEAN_P16 nd_lean_code(8, 4, 1)
+#endif
 #ifndef ND_LN_LEAN_P32
-#define ND_LN_LEAN_P32 nd_lean_code(4, 1)
+#define ND_LN_LEAN_P32 nd_lean_code(32, 4, 1)
 #endif
 #ifndef ND_LN_LEAN_P64
-#define ND_LN_LEAN_P64 nd_lean_code(2, 1)
+#define ND_LN_LEAN_P64 nd_lean_code(32, 2, 1)
 #endif
 #ifndef ND_LN_LEAN_P96
 #define ND_LN_LEAN_P96 0
 #endif
 #ifndef ND_LN_LEAN_P128
-#define ND_LN_LEAN_P128 nd_lean_code(1, 1)
+#define ND_LN_LEAN_P128 nd_lean_code(32, 1, 1)
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -252,25 +255,31 @@ struct nd_layernorm_policy : nd_norm_policy {
                                                 packs == 2048;
         return take ? nd_loop_geometry(packs) : 0;
     }
-    /* 16-bit rows on the grid of 256, 512 and 1024 columns (32, 64, 128 packs) take the lean
-     * kernel on a fast device (rows_lean.cuh: a warp a row), R rows a warp x NW warps a block of
-     * 4 x 1, 2 x 1 and 1 x 1. H200, two alternating rounds, % of the same-run copy ceiling,
-     * bfloat16 / float16, against the tile kernel (bench/results/lean_h200.txt):
-     *   256 columns   84.8 / 86.6 -> 89.4 / 90.3   (4 x 2 89.8 / 90.2, 4 x 4 89.1 / 89.6,
-     *                                               8 x 1 70-71, 2 x 4 84-86, 1 x 4 74-78)
-     *   512           91.0 / 92.3 -> 94.9 / 95.7   (2 x 2 93.2 / 94.3, 2 x 4 92.1 / 93.3,
-     *                                               4 x 1 89.9 / 86.2)
-     *   1024          93.8 / 95.0 -> 96.2 / 96.6   (2 x 1 95.2 / 96.1, 1 x 2 94.8 / 95.8,
-     *                                               2 x 2, 2 x 4, 1 x 4 94-95.4)
-     * 768 columns (96 packs, the warp kernel's exact twin) in 1 x 1 and 1 x 4 measured within
-     * -2.9 to +1.8 of it (two runs) and keep it (ND_LN_LEAN_P96 0); float32 rows keep theirs
-     * (95.7-97.6 at 256-1024). Also tried: rstd = rsqrtf(var + eps) for 1 / sqrtf (as
-     * PyTorch's kernels): within -0.4 to +0.4 at 256-1024 columns, not kept. */
+    /* 16-bit rows on the grid of 128, 256, 512 and 1024 columns (16, 32, 64, 128 packs) take
+     * the lean kernel on a fast device (rows_lean.cuh), W lanes a row x R rows a group x NW
+     * warps a block of 8 x 4 x 1 (2 packs a lane), 32 x 4 x 1, 32 x 2 x 1 and 32 x 1 x 1. H200,
+     * two alternating rounds, % of the same-run copy ceiling, bfloat16 / float16, against the
+     * tile and warp kernels (bench/results/lean_h200.txt):
+     *   128 columns   83.4 / 85.6 -> 90.0 / 90.0   (16 x 4 x 1 86.4 / 87.1, 16 x 2 x 4 84 / 86)
+     *   256           84.8 / 86.6 -> 89.4 / 90.3   (32 x 4 x 2 89.8 / 90.2, 32 x 4 x 4 89.1 /
+     *                                               89.6, 32 x 8 x 1 70-71, 32 x 2 x 4 84-86,
+     *                                               32 x 1 x 4 74-78)
+     *   512           91.0 / 92.3 -> 94.9 / 95.7   (32 x 2 x 2 93.2 / 94.3, 32 x 2 x 4 92.1 /
+     *                                               93.3, 32 x 4 x 1 89.9 / 86.2)
+     *   1024          93.8 / 95.0 -> 96.2 / 96.6   (32 x 2 x 1 95.2 / 96.1, 32 x 1 x 2 94.8 /
+     *                                               95.8, 32 x 2 x 2, 2 x 4, 1 x 4 94-95.4)
+     * Not taken, lower than the kernels they would replace, or within 0.1, in the three
+     * geometries of 8-32 lanes tried for each: 64 columns (-2.8 to -18.3), 192 (-1.3 to -16.5),
+     * 384 (-0.2 to -11.1), 640 (+0.1 to -7.9); and 768 (32 lanes, 1 x 1 and 1 x 4: -2.9 to
+     * +1.8 in two runs; the warp kernel's exact twin keeps it, ND_LN_LEAN_P96 0). float32 rows
+     * of 64-256 columns moved within -16.3 to +1.1 and keep theirs. Also tried: rstd = rsqrtf(var + eps) for 1 / sqrtf
+     * (as PyTorch's kernels): within -0.4 to +0.4 at 256-1024 columns, not kept. */
     static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
     {
         if (!ND_LN_LEAN || elem_bytes != 2 || !fast)
             return 0;
-        return packs == 32 ? ND_LN_LEAN_P32 : packs == 64 ? ND_LN_LEAN_P64
+        return packs == 16 ? ND_LN_LEAN_P16 : packs == 32 ? ND_LN_LEAN_P32
+               : packs == 64 ? ND_LN_LEAN_P64
                : packs == 96 ? ND_LN_LEAN_P96 : packs == 128 ? ND_LN_LEAN_P128 : 0;
     }
     /* Tried after (H100, three alternating rounds, bench/results/rows_hold_h100.txt), none kept:

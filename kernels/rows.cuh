@@ -12,9 +12,9 @@
  *   tile     the warp kernel's rows, for the geometries the op's policy names, when x and y
  *            sit on the 16-byte grid (rows_tile.cuh): a block's rows come into shared memory by
  *            bulk copies (TMA), a few tiles of rows at once, instead of by each lane's loads.
- *   lean     a full warp a row, R rows a warp, for the rows on the 16-byte grid of up to 128
- *            packs that the op's policy names (rows_lean.cuh): the op's stream statistics over
- *            the registers, parameters loaded once for the warp's rows.
+ *   lean     a group of W lanes a row (W = 8..32), R rows a group, for the rows on the 16-byte
+ *            grid of up to 128 packs that the op's policy names (rows_lean.cuh): small blocks,
+ *            the R rows in one all-reduce, parameters loaded once for them.
  *   stage    short rows off the 16-byte grid (rows_stage.cuh): a block's rows are one run of
  *            memory, copied through shared memory in 16-byte packs, so the partial packs at the
  *            rows' ends cost nothing in device memory.
@@ -1380,10 +1380,10 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *   loop(element bytes, packs, fast)  the loop kernel's geometry (nd_loop_code(threads, packs
  *                  a pass); rows_loop.cuh) for rows on the grid of `packs` packs past the warp
  *                  kernels' on a device of the fast class or not; 0: not the loop kernel
- *   lean(element bytes, packs, fast)  the lean kernel's geometry (nd_lean_code(rows a warp,
- *                  warps a block); rows_lean.cuh) for rows on the grid of `packs` packs, at most
- *                  32 x ND_ROWS_LEAN_MAX_PK, on a device of the fast class or not; 0: the
- *                  branches below
+ *   lean(element bytes, packs, fast)  the lean kernel's geometry (nd_lean_code(lanes a row,
+ *                  rows a group, warps a block); rows_lean.cuh) for rows on the grid of `packs`
+ *                  packs, at most lanes x ND_ROWS_LEAN_MAX_PK, on a device of the fast class or
+ *                  not; 0: the branches below
  *   warp_fit(element bytes, w, packs, fast)  whether rows on the grid of exactly w lanes x
  *                  packs packs, where the branches below would take 2w lanes with some short
  *                  of packs (ND_ROWS_WARP_FIT) or w lanes of packs + 1 with every lane a pack
@@ -1393,7 +1393,7 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  * packs of the row's own grid, ceil(cols / VEC); the sub-warp branch's geometry then runs as the
  * stage kernel):
  *   lean(element bytes, P, fast) lean kernel (rows_lean.cuh), rows on the grid (on_grid) of
- *                                P <= 32 * ND_ROWS_LEAN_MAX_PK, ahead of every branch below
+ *                                P <= W * ND_ROWS_LEAN_MAX_PK, ahead of every branch below
  *   P <= 16 * kSubPacks          warp kernel, W = P / SP rounded up to a power of two lanes per
  *                                row, SP = kSubPacks packs per lane (kSubPacks / 2 below
  *                                8 * kSubPacks packs). H200: 2 packs per lane instead of 1 for

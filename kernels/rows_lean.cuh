@@ -1,9 +1,9 @@
 /*
- * rows_lean.cuh - the lean path of the row engine: a full warp a row, R rows a warp, NW warps a
- * block, the row in registers, for rows on the 16-byte grid of at most 32 x ND_ROWS_LEAN_MAX_PK
- * packs. Included by rows.cuh before nd_rows_run.
+ * rows_lean.cuh - the lean path of the row engine: a group of W lanes a row (W = 8, 16, 32), R
+ * rows a group, NW warps a block, the rows in registers, for rows on the 16-byte grid of at most
+ * W x ND_ROWS_LEAN_MAX_PK packs. Included by rows.cuh before nd_rows_run.
  *
- * Why. On an H200 LayerNorm's 16-bit rows of 256-1024 columns ran at 84-95% of the copy
+ * Why. On an H200 LayerNorm's 16-bit rows of 128-1024 columns ran at 83-95% of the copy
  * ceiling, behind torch.compile (0.88-0.99x), whose "per" kernels lay them out a warp a row
  * (bench/ncu_pair.sh: 10.7-13.7 instructions an element against the tile and warp kernels'
  * 18.6-21.5). bench/loop_probe.cu's hand-written warp-a-row kernel reached 92 / 88 (float16 /
@@ -11,16 +11,19 @@
  * 85.8 / 83.7, 92.6 / 91.9 and 93.6 / 94.6 (bench/results/loop_probe_h200.txt). The same layout
  * through the warp kernel (W = 32) lost points instead (bench/results/ln_short_h200.txt): the
  * gain is the kernel's body, not its geometry. This kernel is the probe's body with the op's own
- * statistics.
+ * statistics: blocks of 1-4 warps, every load of a group's R rows in flight before any sum, and
+ * none of the warp kernel's row loop, parameter pipe or grid offsets.
  *
- * How. Lane l of a warp holds packs l, l + 32, ... (PK at most) of each of its R rows, every
+ * How. Lane gl of a group holds packs gl, gl + W, ... (PK at most) of each of its R rows, every
  * load issued before any sum (__ldcs: x is read once). The statistics are the op's register
  * statistics (Op::stats, as in the warp kernel: LayerNorm's exact mean, a double cross-lane sum
- * kept as two floats) over a context whose all-reduce is the warp's, the R rows in one
+ * kept as two floats) over a context whose all-reduce is the group's shuffles, the R rows in one
  * all-reduce so their shuffle chains interleave. Then each pack's parameters are loaded once for
- * the warp's R rows, and y is stored evict-first. No loop over rows: one unit of R x NW rows a
- * block, a grid of every unit (at most 2^31 - 1 of them). Which rows and which (R, NW) are the
- * op's policy's lean(element bytes, packs, fast), measured per op.
+ * the group's R rows, and y is stored evict-first. No loop over rows: one unit of 32 / W x R x
+ * NW rows a block, a grid of every unit (at most 2^31 - 1 of them). Which rows and which (W, R,
+ * NW) are the op's policy's lean(element bytes, packs, fast), measured per op: LayerNorm's
+ * 16-bit rows of 128-1024 columns (+2.4 to +6.6 points of the copy ceiling), softmax's of 512
+ * and 1024 and log_softmax's of 1024 (+1 to +1.8) take it on an H200.
  *
  * Tried first (H200, two alternating rounds, % of the same-run copy ceiling): the op's stream
  * statistics (Op::stream_stats, ctx.for_each over the registers), one call a row. nvcc ran the
@@ -38,55 +41,60 @@
 #define ND_ROWS_LEAN 1
 #endif
 
-/* the most packs a lane holds of a row: rows of up to 32 x this many packs */
+/* the most packs a lane holds of a row: rows of up to W x this many packs */
 #define ND_ROWS_LEAN_MAX_PK 4
 
-/* The register kernels' context (Op::stats) of the lean kernel: a warp over rows on the 16-byte
- * grid in whole packs, lane l holding packs l, l + 32, ... (PK at most) of each of its rows. */
-template <int PK, int VEC> struct nd_lean_ctx {
-    static constexpr int kKind = ND_CTX_WARP; /* a warp's all-reduce: one round (LayerNorm) */
-    int lane, npacks, cols;
+/* The register kernels' context (Op::stats) of the lean kernel: a group of W lanes over rows on
+ * the 16-byte grid in whole packs, lane gl of the group holding packs gl, gl + W, ... (PK at
+ * most) of each of its rows. */
+template <int W, int PK, int VEC> struct nd_lean_ctx {
+    static constexpr int kKind = ND_CTX_WARP; /* shuffles: one all-reduce round (LayerNorm) */
+    int gl, npacks, cols;
     float n;
     /* whether element e of this lane's share of a row is in the row: its pack is */
     __device__ __forceinline__ bool valid(int, int e) const
     {
-        return (e / VEC) * 32 + lane < npacks;
+        return (e / VEC) * W + gl < npacks;
     }
     /* true when every pack this lane holds is in the row */
-    __device__ __forceinline__ bool full(int) const { return (PK - 1) * 32 + lane < npacks; }
+    __device__ __forceinline__ bool full(int) const { return (PK - 1) * W + gl < npacks; }
     /* rows on the grid in whole packs: each pack in the row or wholly past its end */
     __device__ __forceinline__ bool whole_packs(int) const { return true; }
     template <int K, class O> __device__ __forceinline__ void allreduce(float (&v)[K], O op) const
     {
-        nd_warp_allreduce<32, K>(v, op);
+        nd_warp_allreduce<W, K>(v, op);
     }
-    /* lane 0 holds column 0: one shuffle */
+    /* lane 0 of the group holds column 0: one shuffle */
     __device__ __forceinline__ float first(int, float f) const
     {
-        return __shfl_sync(0xffffffffu, f, 0);
+        return __shfl_sync(0xffffffffu, f, 0, W);
     }
 };
 
-template <class Op, class T, int VEC, int PK, int R, int NW>
+/* Groups of W lanes a row (32 / W groups a warp), R rows a group, NW warps a block: the rows of
+ * a warp are r0 + r * (32 / W) + its group, r < R. */
+template <class Op, class T, int VEC, int W, int PK, int R, int NW>
 __global__ void __launch_bounds__(32 * NW) nd_rows_lean_kernel(nd_rows_args<T> a,
                                                                 typename Op::Params prm)
 {
+    constexpr int GPW = 32 / W; /* groups a warp */
     constexpr int N = PK * VEC; /* elements a lane holds of a row */
-    const int lane = threadIdx.x & 31;
-    nd_lean_ctx<PK, VEC> ctx;
-    ctx.lane = lane;
+    const int lane = threadIdx.x & 31, gl = lane % W;
+    nd_lean_ctx<W, PK, VEC> ctx;
+    ctx.gl = gl;
     ctx.npacks = (int)(a.cols / VEC);
     ctx.cols = (int)a.cols;
-    const int64_t r0 = ((int64_t)blockIdx.x * NW + (threadIdx.x >> 5)) * R;
+    const int64_t r0 = ((int64_t)blockIdx.x * NW + (threadIdx.x >> 5)) * (GPW * R) + lane / W;
     const uint4 *x = reinterpret_cast<const uint4 *>(a.x);
     nd_regrow<T, N> v[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
-        const bool in = r0 + r < a.rows; /* a row past the end: zeros, computed, not stored */
-        const uint4 *xr = x + (r0 + r) * ctx.npacks;
+        const int64_t row = r0 + r * GPW;
+        const bool in = row < a.rows; /* a row past the end: zeros, computed, not stored */
+        const uint4 *xr = x + row * ctx.npacks;
 #pragma unroll
         for (int k = 0; k < PK; k++) {
-            const int p = k * 32 + lane;
+            const int p = k * W + gl;
             const uint4 w = in && p < ctx.npacks ? __ldcs(xr + p) : make_uint4(0, 0, 0, 0);
             const uint32_t wds[4] = {w.x, w.y, w.z, w.w};
             v[r].put_pack(k, wds);
@@ -101,11 +109,11 @@ __global__ void __launch_bounds__(32 * NW) nd_rows_lean_kernel(nd_rows_args<T> a
     Op::template stats<R, N>(v, st, ctx, prm);
 #pragma unroll
     for (int r = 0; r < R; r++)
-        if (lane == 0 && r0 + r < a.rows)
-            Op::write_stats(st[r], r0 + r, prm);
+        if (gl == 0 && r0 + r * GPW < a.rows)
+            Op::write_stats(st[r], r0 + r * GPW, prm);
 #pragma unroll
     for (int k = 0; k < PK; k++) {
-        const int p = k * 32 + lane;
+        const int p = k * W + gl;
         if (p >= ctx.npacks) /* this pack and the lane's next ones lie past the row */
             break;
         float g[2][VEC]; /* each pack's parameters, once for the R rows */
@@ -125,54 +133,49 @@ __global__ void __launch_bounds__(32 * NW) nd_rows_lean_kernel(nd_rows_args<T> a
         }
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            if (r0 + r >= a.rows)
+            const int64_t row = r0 + r * GPW;
+            if (row >= a.rows)
                 continue;
             float o[VEC];
 #pragma unroll
             for (int j = 0; j < VEC; j++)
                 o[j] = Op::out(st[r], prm, v[r].get(k * VEC + j), g[0][j], g[1][j]);
-            nd_store_pack_stream<T, VEC>(a.y + (r0 + r) * a.cols + (int64_t)p * VEC, o);
+            nd_store_pack_stream<T, VEC>(a.y + row * a.cols + (int64_t)p * VEC, o);
         }
     }
 }
 
-/* The policy's lean geometry, packed as rows a warp * 64 + warps a block (0: not the lean
- * path). */
-constexpr int nd_lean_code(int rows, int warps) { return rows * 64 + warps; }
+/* The policy's lean geometry, packed as lanes a row * 4096 + rows a group * 64 + warps a block
+ * (0: not the lean path). */
+constexpr int nd_lean_code(int lanes, int rows, int warps) { return lanes * 4096 + rows * 64 + warps; }
+constexpr int nd_lean_lanes(int code) { return code / 4096; }
 
-/* A/B runs: ND_ROWS_LEAN_TRY_P<n>, a geometry (nd_lean_code) for every op's 16-bit rows of n
- * packs on a fast device where its policy names none; 0: the policies alone */
-#ifndef ND_ROWS_LEAN_TRY_P32
-#define ND_ROWS_LEAN_TRY_P32 0
-#endif
-#ifndef ND_ROWS_LEAN_TRY_P64
-#define ND_ROWS_LEAN_TRY_P64 0
-#endif
-#ifndef ND_ROWS_LEAN_TRY_P128
-#define ND_ROWS_LEAN_TRY_P128 0
+/* A/B runs: ND_ROWS_LEAN_TRY(element bytes, packs), a geometry (nd_lean_code) for every op's
+ * rows of that many packs on a fast device where its policy names none; 0: the policies alone.
+ * Defined in a header given to nvcc with -include (nvcc splits a -D value at its commas), say
+ *   #define ND_ROWS_LEAN_TRY(e, p) ((e) == 2 && (p) == 16 ? nd_lean_code(16, 4, 1) : 0) */
+#ifndef ND_ROWS_LEAN_TRY
+#define ND_ROWS_LEAN_TRY(e, p) 0
 #endif
 
-/* the geometry for rows of `packs` packs: the policy's, or an A/B run's (ND_ROWS_LEAN_TRY_P<n>) */
+/* the geometry for rows of `packs` packs: the policy's, or an A/B run's (ND_ROWS_LEAN_TRY) */
 template <class Pol> constexpr int nd_rows_lean_code(int elem_bytes, int64_t packs, bool fast)
 {
     const int c = Pol::lean(elem_bytes, packs, fast);
-    if (c || elem_bytes != 2 || !fast)
-        return c;
-    return packs == 32 ? ND_ROWS_LEAN_TRY_P32 : packs == 64 ? ND_ROWS_LEAN_TRY_P64
-           : packs == 128 ? ND_ROWS_LEAN_TRY_P128 : 0;
+    return c || !fast ? c : ND_ROWS_LEAN_TRY(elem_bytes, packs);
 }
 
-/* Whether some row of T of 32 x (PK - 1) + 1 .. 32 x PK packs takes the lean geometry `code`
- * (every geometry when code is 0) on some device: so that only the kernels a policy names are
- * compiled. */
-template <class Pol> constexpr bool nd_rows_lean_has(int elem_bytes, int pk, int code)
+/* Whether some row of T of W x (PK - 1) + 1 .. W x PK packs takes the lean geometry `code` of W
+ * lanes (every such geometry when code is 0) on some device: so that only the kernels a policy
+ * names are compiled. */
+template <class Pol> constexpr bool nd_rows_lean_has(int elem_bytes, int w, int pk, int code)
 {
     if (!ND_ROWS_LEAN)
         return false;
-    for (int p = 32 * (pk - 1) + 1; p <= 32 * pk; p++)
+    for (int p = w * (pk - 1) + 1; p <= w * pk; p++)
         for (int f = 0; f < 2; f++) {
             const int c = nd_rows_lean_code<Pol>(elem_bytes, p, f != 0);
-            if (c != 0 && (code == 0 || c == code))
+            if (c != 0 && nd_lean_lanes(c) == w && (code == 0 || c == code))
                 return true;
         }
     return false;
@@ -180,40 +183,45 @@ template <class Pol> constexpr bool nd_rows_lean_has(int elem_bytes, int pk, int
 
 template <class Pol> constexpr bool nd_rows_lean_any(int elem_bytes)
 {
-    for (int pk = 1; pk <= ND_ROWS_LEAN_MAX_PK; pk++)
-        if (nd_rows_lean_has<Pol>(elem_bytes, pk, 0))
-            return true;
+    for (int w = 8; w <= 32; w *= 2)
+        for (int pk = 1; pk <= ND_ROWS_LEAN_MAX_PK; pk++)
+            if (nd_rows_lean_has<Pol>(elem_bytes, w, pk, 0))
+                return true;
     return false;
 }
 
-/* The lean kernel for rows on the grid of P <= 32 x ND_ROWS_LEAN_MAX_PK packs, in the policy's
- * geometry `code` (nd_lean_code); the geometries below are every one a policy may name. */
+/* The lean kernel for rows on the grid of P packs in the policy's geometry `code` (nd_lean_code:
+ * W lanes of at most ND_ROWS_LEAN_MAX_PK packs a row); the geometries below are every one a
+ * policy may name. */
 template <class Op, class T, int VEC, class Pol>
 static nd_status nd_rows_lean_run(const nd_rows_args<T> &a, const typename Op::Params &prm,
                                   int64_t P, int code, const nd_cuda_device_info *di,
                                   cudaStream_t s, const char *name, nd_error *err)
 {
-    auto launch = [&](auto pk, auto r, auto nw) -> nd_status {
-        constexpr int PK = decltype(pk)::value, R = decltype(r)::value, NW = decltype(nw)::value;
-        if constexpr (nd_rows_lean_has<Pol>((int)sizeof(T), PK, nd_lean_code(R, NW))) {
-            const int64_t units = (a.rows + R * NW - 1) / (R * NW);
+    using std::integral_constant;
+    auto launch = [&](auto w, auto pk, auto r, auto nw) -> nd_status {
+        constexpr int W = decltype(w)::value, PK = decltype(pk)::value;
+        constexpr int R = decltype(r)::value, NW = decltype(nw)::value;
+        if constexpr (nd_rows_lean_has<Pol>((int)sizeof(T), W, PK, nd_lean_code(W, R, NW))) {
+            const int64_t per = (int64_t)(32 / W) * R * NW; /* rows a block */
+            const int64_t units = (a.rows + per - 1) / per;
             if (units > 0x7fffffff)
                 return nd_error_set(err, ND_EUNSUPPORTED, "%s: %lld rows are too many for one "
                                     "lean launch", name, (long long)a.rows);
-            ND_PLAN("lean packs=%d R=%d warps=%d", PK, R, NW);
-            return nd_rows_launch(nd_rows_lean_kernel<Op, T, VEC, PK, R, NW>, 32 * NW, 1, 0,
+            ND_PLAN("lean W=%d packs=%d R=%d warps=%d", W, PK, R, NW);
+            return nd_rows_launch(nd_rows_lean_kernel<Op, T, VEC, W, PK, R, NW>, 32 * NW, 1, 0,
                                   units, di, s, err, name, a, prm);
         } else {
-            return nd_error_set(err, ND_EUNSUPPORTED, "%s: no lean kernel of %d packs, geometry %d",
-                                name, PK, code);
+            return nd_error_set(err, ND_EUNSUPPORTED, "%s: no lean kernel of %d lanes x %d packs, "
+                                "geometry %d", name, W, PK, code);
         }
     };
-    auto geometry = [&](auto pk) -> nd_status {
-        using std::integral_constant;
-        switch (code) {
+    auto geometry = [&](auto w, auto pk) -> nd_status {
+        constexpr int W = decltype(w)::value;
+        switch (code - nd_lean_code(W, 0, 0)) {
 #define ND_LEAN_CASE(R, NW)                                                                        \
-    case nd_lean_code(R, NW):                                                                      \
-        return launch(pk, integral_constant<int, R>(), integral_constant<int, NW>());
+    case nd_lean_code(0, R, NW):                                                                   \
+        return launch(w, pk, integral_constant<int, R>(), integral_constant<int, NW>());
             ND_LEAN_CASE(1, 1) ND_LEAN_CASE(1, 2) ND_LEAN_CASE(1, 4)
             ND_LEAN_CASE(2, 1) ND_LEAN_CASE(2, 2) ND_LEAN_CASE(2, 4)
             ND_LEAN_CASE(4, 1) ND_LEAN_CASE(4, 2) ND_LEAN_CASE(4, 4)
@@ -224,15 +232,25 @@ static nd_status nd_rows_lean_run(const nd_rows_args<T> &a, const typename Op::P
                                 code);
         }
     };
-    static_assert(ND_ROWS_LEAN_MAX_PK == 4, "one case a pack count");
-    switch ((P + 31) / 32) {
-    case 1: return geometry(std::integral_constant<int, 1>());
-    case 2: return geometry(std::integral_constant<int, 2>());
-    case 3: return geometry(std::integral_constant<int, 3>());
-    case 4: return geometry(std::integral_constant<int, 4>());
+    auto packs = [&](auto w) -> nd_status {
+        constexpr int W = decltype(w)::value;
+        static_assert(ND_ROWS_LEAN_MAX_PK == 4, "one case a pack count");
+        switch ((P + W - 1) / W) {
+        case 1: return geometry(w, integral_constant<int, 1>());
+        case 2: return geometry(w, integral_constant<int, 2>());
+        case 3: return geometry(w, integral_constant<int, 3>());
+        case 4: return geometry(w, integral_constant<int, 4>());
+        default:
+            return nd_error_set(err, ND_EUNSUPPORTED, "%s: rows of %lld packs are too long for "
+                                "%d lanes of the lean kernel", name, (long long)P, W);
+        }
+    };
+    switch (nd_lean_lanes(code)) {
+    case 8: return packs(integral_constant<int, 8>());
+    case 16: return packs(integral_constant<int, 16>());
+    case 32: return packs(integral_constant<int, 32>());
     default:
-        return nd_error_set(err, ND_EUNSUPPORTED, "%s: rows of %lld packs are too long for the "
-                            "lean kernel", name, (long long)P);
+        return nd_error_set(err, ND_EUNSUPPORTED, "%s: no lean kernel of geometry %d", name, code);
     }
 }
 

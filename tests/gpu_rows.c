@@ -402,6 +402,70 @@ static int fast_device(void)
     return 2.0 * khz * 1e3 * (bits / 8) / 1e9 >= 4000.0;
 }
 
+/* A row shape and the plan the dispatch should pick for 4 such rows (check_plans). */
+typedef struct plan_case {
+    nd_op op;
+    nd_dtype dt;
+    int64_t cols; /* at most 32768 */
+    int xoff;     /* x and y this many elements past the 16-byte grid */
+    const char *kind; /* the plan starts with this (NULL: see check_plans) */
+} plan_case;
+
+/* The plan the dispatch picks for 4 rows of c's shape in x and y (zeros in x). */
+static void plan_for(const plan_case *c, void *x, void *y, char *plan, size_t n)
+{
+    const size_t es = nd_dtype_size(c->dt);
+    char *xp = (char *)x + c->xoff * es, *yp = (char *)y + c->xoff * es;
+    nd_error err = {{0}};
+    nd_status st;
+    nd_cuda_plan_trace(1);
+    if (c->op == ND_OP_LAYERNORM || c->op == ND_OP_RMSNORM) {
+        nd_norm_args a = {c->dt, 4, c->cols, xp, yp, NULL, NULL, 1e-5f, NULL, NULL};
+        st = c->op == ND_OP_LAYERNORM ? nd_cuda_layernorm(&a, 0, &err) : nd_cuda_rmsnorm(&a, 0, &err);
+    } else {
+        nd_softmax_args a = {c->dt, 4, c->cols, 1, xp, yp};
+        st = nd_cuda_softmax(&a, c->op == ND_OP_LOG_SOFTMAX, NULL, &err);
+    }
+    nd_cuda_plan_trace(0);
+    cr_assert_eq(st, ND_OK, "%s", err.msg);
+    snprintf(plan, n, "%s", nd_cuda_last_plan());
+}
+
+/* Each case's plan starts with its kind, where the kind names a path a fast device alone takes
+ * (starts with `fast_only`) with `other` on other devices; where the expected kind is NULL, the
+ * plan is any but one starting with `fast_only`. */
+static void check_plans(const plan_case *c, size_t n, const char *fast_only, const char *other)
+{
+    const int fast = fast_device();
+    const size_t bytes = (size_t)4 * 32768 * 4 + 16;
+    void *x = NULL, *y = NULL;
+    CUDA_OK(cudaMalloc(&x, bytes));
+    CUDA_OK(cudaMalloc(&y, bytes));
+    CUDA_OK(cudaMemset(x, 0, bytes));
+    for (size_t i = 0; i < n; i++) {
+        cr_assert(c[i].cols <= 32768);
+        char plan[256];
+        plan_for(&c[i], x, y, plan, sizeof plan);
+        const char *want = c[i].kind;
+        if (!fast && want && strncmp(want, fast_only, strlen(fast_only)) == 0)
+            want = other;
+        if (want)
+            cr_expect(strncmp(plan, want, strlen(want)) == 0,
+                      "%s %s 4 x %lld, x %d elements off the grid, %s device: plan \"%s\", "
+                      "expected it to start with \"%s\"", nd_op_name(c[i].op),
+                      nd_dtype_name(c[i].dt), (long long)c[i].cols, c[i].xoff,
+                      fast ? "a fast" : "a", plan, want);
+        else
+            cr_expect(strncmp(plan, fast_only, strlen(fast_only)) != 0,
+                      "%s %s 4 x %lld, x %d elements off the grid, %s device: plan \"%s\", "
+                      "expected another kernel's", nd_op_name(c[i].op), nd_dtype_name(c[i].dt),
+                      (long long)c[i].cols, c[i].xoff, fast ? "a fast" : "a", plan);
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    cudaFree(x);
+    cudaFree(y);
+}
+
 /* RMSNorm's and LayerNorm's rows on the 16-byte grid of some lengths take the loop kernel on a
  * fast device (rows_loop.cuh; the policies' loop): two passes over x in passes of threads x 1,
  * 2 or 4 packs. Those widths (float32 6144: a pass of 512 x 4 packs that ends at the third) and
@@ -422,75 +486,25 @@ Test(gpu_rows, loop_kernel_many_rows)
                                v == 0, v == 2 ? 1e4 : 0.0, case_std(ops[o])};
                     run_case(&c, &rng);
                 }
-    static const struct {
-        nd_op op;
-        nd_dtype dt;
-        int64_t cols;
-        int xoff;
-        const char *kind; /* on a fast device; elsewhere a loop plan is a block's */
-    } plans[] = {{ND_OP_RMSNORM, ND_FLOAT16, 4096, 0, "loop threads=256 packs=2"},
-                 {ND_OP_RMSNORM, ND_FLOAT32, 4096, 0, "loop threads=512 packs=2"},
-                 {ND_OP_RMSNORM, ND_BFLOAT16, 16384, 0, "loop threads=512 packs=4"},
-                 {ND_OP_RMSNORM, ND_FLOAT16, 32768, 0, "loop threads=1024 packs=1"},
-                 {ND_OP_RMSNORM, ND_FLOAT32, 6144, 0, "loop threads=512 packs=4"},
-                 {ND_OP_RMSNORM, ND_BFLOAT16, 8192, 0, "loop threads=256 packs=4"},
-                 {ND_OP_RMSNORM, ND_FLOAT16, 10240, 0, "block "},
-                 {ND_OP_RMSNORM, ND_FLOAT16, 4096, 1, "block "},
-                 {ND_OP_RMSNORM, ND_FLOAT16, 2048, 0, "warp "},
-                 {ND_OP_LAYERNORM, ND_FLOAT32, 8192, 0, "loop threads=512 packs=4"},
-                 {ND_OP_LAYERNORM, ND_FLOAT16, 8192, 0, "block "}};
-    const int fast = fast_device();
-    void *x = NULL, *y = NULL;
-    CUDA_OK(cudaMalloc(&x, (size_t)4 * 32768 * 4 + 16));
-    CUDA_OK(cudaMalloc(&y, (size_t)4 * 32768 * 4 + 16));
-    CUDA_OK(cudaMemset(x, 0, (size_t)4 * 32768 * 4 + 16));
-    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
-        const size_t es = nd_dtype_size(plans[i].dt);
-        nd_norm_args a = {plans[i].dt, 4, plans[i].cols, (char *)x + plans[i].xoff * es,
-                          (char *)y + plans[i].xoff * es, NULL, NULL, 1e-6f, NULL, NULL};
-        nd_error err = {{0}};
-        nd_cuda_plan_trace(1);
-        nd_status st = plans[i].op == ND_OP_RMSNORM ? nd_cuda_rmsnorm(&a, 0, &err)
-                                                    : nd_cuda_layernorm(&a, 0, &err);
-        nd_cuda_plan_trace(0);
-        cr_assert_eq(st, ND_OK, "%s", err.msg);
-        const char *want = fast || strncmp(plans[i].kind, "loop", 4) ? plans[i].kind : "block ";
-        cr_expect(strncmp(nd_cuda_last_plan(), want, strlen(want)) == 0,
-                  "%s %s 4 x %lld, x %d elements off the grid, %s device: plan \"%s\", "
-                  "expected it to start with \"%s\"",
-                  nd_op_name(plans[i].op), nd_dtype_name(plans[i].dt), (long long)plans[i].cols,
-                  plans[i].xoff, fast ? "a fast" : "a", nd_cuda_last_plan(), want);
-    }
-    CUDA_OK(cudaDeviceSynchronize());
-    cudaFree(x);
-    cudaFree(y);
-}
-
-/* The plan the dispatch picks for 4 rows of `cols` of op in dt, x and y `xoff` elements past
- * the 16-byte grid (x and y: room for 4 x 1024 float32 and the offset), zeros in x. */
-static void plan_for(nd_op op, nd_dtype dt, int64_t cols, int xoff, void *x, void *y, char *plan,
-                     size_t n)
-{
-    const size_t es = nd_dtype_size(dt);
-    char *xp = (char *)x + xoff * es, *yp = (char *)y + xoff * es;
-    nd_error err = {{0}};
-    nd_status st;
-    nd_cuda_plan_trace(1);
-    if (op == ND_OP_LAYERNORM || op == ND_OP_RMSNORM) {
-        nd_norm_args a = {dt, 4, cols, xp, yp, NULL, NULL, 1e-5f, NULL, NULL};
-        st = op == ND_OP_LAYERNORM ? nd_cuda_layernorm(&a, 0, &err) : nd_cuda_rmsnorm(&a, 0, &err);
-    } else {
-        nd_softmax_args a = {dt, 4, cols, 1, xp, yp};
-        st = nd_cuda_softmax(&a, op == ND_OP_LOG_SOFTMAX, NULL, &err);
-    }
-    nd_cuda_plan_trace(0);
-    cr_assert_eq(st, ND_OK, "%s", err.msg);
-    snprintf(plan, n, "%s", nd_cuda_last_plan());
+    /* on a fast device; elsewhere a loop plan is a block's */
+    static const plan_case plans[] = {
+        {ND_OP_RMSNORM, ND_FLOAT16, 4096, 0, "loop threads=256 packs=2"},
+        {ND_OP_RMSNORM, ND_FLOAT32, 4096, 0, "loop threads=512 packs=2"},
+        {ND_OP_RMSNORM, ND_BFLOAT16, 16384, 0, "loop threads=512 packs=4"},
+        {ND_OP_RMSNORM, ND_FLOAT16, 32768, 0, "loop threads=1024 packs=1"},
+        {ND_OP_RMSNORM, ND_FLOAT32, 6144, 0, "loop threads=512 packs=4"},
+        {ND_OP_RMSNORM, ND_BFLOAT16, 8192, 0, "loop threads=256 packs=4"},
+        {ND_OP_RMSNORM, ND_FLOAT16, 10240, 0, "block "},
+        {ND_OP_RMSNORM, ND_FLOAT16, 4096, 1, "block "},
+        {ND_OP_RMSNORM, ND_FLOAT16, 2048, 0, "warp "},
+        {ND_OP_LAYERNORM, ND_FLOAT32, 8192, 0, "loop threads=512 packs=4"},
+        {ND_OP_LAYERNORM, ND_FLOAT16, 8192, 0, "block "}};
+    check_plans(plans, sizeof plans / sizeof plans[0], "loop", "block ");
 }
 
 /* 16-bit rows on the 16-byte grid of some widths take the lean kernel on a fast device
- * (rows_lean.cuh; the policies' lean): a warp a row, R rows a warp, NW warps a block, one unit
- * of R x NW rows a block. LayerNorm's of 256, 512 and 1024 columns, softmax's and
+ * (rows_lean.cuh; the policies' lean): W lanes a row, R rows a group, NW warps a block, one unit
+ * of 32 / W x R x NW rows a block. LayerNorm's of 128, 256, 512 and 1024 columns, softmax's and
  * log_softmax's of 1024, softmax's of 512. Those widths and 768 beside them, every op and dtype
  * (where others take other kernels: the same answers), with row counts that end part-way
  * through a warp's rows and a block's warps; the plans of some, and of the same rows off the
@@ -500,7 +514,7 @@ Test(gpu_rows, lean_kernel_many_rows)
     need_device();
     static const nd_op ops[] = {ND_OP_LAYERNORM, ND_OP_SOFTMAX, ND_OP_LOG_SOFTMAX, ND_OP_RMSNORM};
     static const nd_dtype dts[] = {ND_FLOAT16, ND_BFLOAT16, ND_FLOAT32};
-    static const int64_t widths[] = {256, 512, 768, 1024};
+    static const int64_t widths[] = {128, 256, 512, 768, 1024};
     static const int64_t rows[] = {1, 2, 3, 9, 41, 301};
     uint64_t rng = 0x6300;
     for (int o = 0; o < 4; o++)
@@ -512,48 +526,23 @@ Test(gpu_rows, lean_kernel_many_rows)
                                    v == 2 ? 1e4 : 0.0, case_std(ops[o])};
                         run_case(&c, &rng);
                     }
-    static const struct {
-        nd_op op;
-        nd_dtype dt;
-        int64_t cols;
-        int xoff;
-        const char *kind; /* on a fast device; elsewhere any plan but a lean one */
-    } plans[] = {{ND_OP_LAYERNORM, ND_FLOAT16, 256, 0, "lean packs=1 R=4 warps=1 "},
-                 {ND_OP_LAYERNORM, ND_BFLOAT16, 512, 0, "lean packs=2 R=2 warps=1 "},
-                 {ND_OP_LAYERNORM, ND_FLOAT16, 1024, 0, "lean packs=4 R=1 warps=1 "},
-                 {ND_OP_SOFTMAX, ND_BFLOAT16, 1024, 0, "lean packs=4 R=1 warps=1 "},
-                 {ND_OP_SOFTMAX, ND_FLOAT16, 512, 0, "lean packs=2 R=1 warps=4 "},
-                 {ND_OP_LOG_SOFTMAX, ND_FLOAT16, 1024, 0, "lean packs=4 R=1 warps=1 "},
-                 {ND_OP_LOG_SOFTMAX, ND_FLOAT16, 512, 0, NULL},
-                 {ND_OP_LAYERNORM, ND_FLOAT16, 256, 1, NULL},
-                 {ND_OP_SOFTMAX, ND_FLOAT16, 1024, 3, NULL},
-                 {ND_OP_LAYERNORM, ND_FLOAT32, 256, 0, NULL},
-                 {ND_OP_LAYERNORM, ND_BFLOAT16, 264, 0, NULL},
-                 {ND_OP_LAYERNORM, ND_FLOAT16, 768, 0, NULL},
-                 {ND_OP_RMSNORM, ND_FLOAT16, 256, 0, NULL}};
-    const int fast = fast_device();
-    void *x = NULL, *y = NULL;
-    CUDA_OK(cudaMalloc(&x, (size_t)4 * 1024 * 4 + 16));
-    CUDA_OK(cudaMalloc(&y, (size_t)4 * 1024 * 4 + 16));
-    CUDA_OK(cudaMemset(x, 0, (size_t)4 * 1024 * 4 + 16));
-    for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++) {
-        char plan[256];
-        plan_for(plans[i].op, plans[i].dt, plans[i].cols, plans[i].xoff, x, y, plan, sizeof plan);
-        if (fast && plans[i].kind)
-            cr_expect(strncmp(plan, plans[i].kind, strlen(plans[i].kind)) == 0,
-                      "%s %s 4 x %lld on a fast device: plan \"%s\", expected it to start with "
-                      "\"%s\"", nd_op_name(plans[i].op), nd_dtype_name(plans[i].dt),
-                      (long long)plans[i].cols, plan, plans[i].kind);
-        else
-            cr_expect(strncmp(plan, "lean", 4) != 0,
-                      "%s %s 4 x %lld, x %d elements off the grid, %s device: plan \"%s\", "
-                      "expected another kernel's", nd_op_name(plans[i].op),
-                      nd_dtype_name(plans[i].dt), (long long)plans[i].cols, plans[i].xoff,
-                      fast ? "a fast" : "a", plan);
-    }
-    CUDA_OK(cudaDeviceSynchronize());
-    cudaFree(x);
-    cudaFree(y);
+    /* on a fast device; elsewhere, and where NULL, any plan but a lean one */
+    static const plan_case plans[] = {
+        {ND_OP_LAYERNORM, ND_BFLOAT16, 128, 0, "lean W=8 packs=2 R=4 warps=1 "},
+        {ND_OP_LAYERNORM, ND_FLOAT16, 256, 0, "lean W=32 packs=1 R=4 warps=1 "},
+        {ND_OP_LAYERNORM, ND_BFLOAT16, 512, 0, "lean W=32 packs=2 R=2 warps=1 "},
+        {ND_OP_LAYERNORM, ND_FLOAT16, 1024, 0, "lean W=32 packs=4 R=1 warps=1 "},
+        {ND_OP_SOFTMAX, ND_BFLOAT16, 1024, 0, "lean W=32 packs=4 R=1 warps=1 "},
+        {ND_OP_SOFTMAX, ND_FLOAT16, 512, 0, "lean W=32 packs=2 R=1 warps=4 "},
+        {ND_OP_LOG_SOFTMAX, ND_FLOAT16, 1024, 0, "lean W=32 packs=4 R=1 warps=1 "},
+        {ND_OP_LOG_SOFTMAX, ND_FLOAT16, 512, 0, NULL},
+        {ND_OP_LAYERNORM, ND_FLOAT16, 256, 1, NULL},
+        {ND_OP_SOFTMAX, ND_FLOAT16, 1024, 3, NULL},
+        {ND_OP_LAYERNORM, ND_FLOAT32, 256, 0, NULL},
+        {ND_OP_LAYERNORM, ND_BFLOAT16, 264, 0, NULL},
+        {ND_OP_LAYERNORM, ND_FLOAT16, 768, 0, NULL},
+        {ND_OP_RMSNORM, ND_FLOAT16, 256, 0, NULL}};
+    check_plans(plans, sizeof plans / sizeof plans[0], "lean", NULL);
 }
 
 /* ---------------------------------------------------------------------------------------------
