@@ -111,7 +111,7 @@
 #define ND_LN_LEAN_P16 nd_lean_code(8, 4, 1)
 #endif
 #ifndef ND_LN_LEAN_P32
-#define ND_LN_LEAN_P32 nd_lean_code(32, 4, 1)
+#define ND_LN_LEAN_P32 nd_lean_code(16, 2, 1)
 #endif
 #ifndef ND_LN_LEAN_P64
 #define ND_LN_LEAN_P64 nd_lean_code(32, 2, 1)
@@ -257,13 +257,16 @@ struct nd_layernorm_policy : nd_norm_policy {
     }
     /* 16-bit rows on the grid of 128, 256, 512 and 1024 columns (16, 32, 64, 128 packs) take
      * the lean kernel on a fast device (rows_lean.cuh), W lanes a row x R rows a group x NW
-     * warps a block of 8 x 4 x 1 (2 packs a lane), 32 x 4 x 1, 32 x 2 x 1 and 32 x 1 x 1. H200,
-     * two alternating rounds, % of the same-run copy ceiling, bfloat16 / float16, against the
-     * tile and warp kernels (bench/results/lean_h200.txt):
-     *   128 columns   83.4 / 85.6 -> 90.0 / 90.0   (16 x 4 x 1 86.4 / 87.1, 16 x 2 x 4 84 / 86)
-     *   256           84.8 / 86.6 -> 89.4 / 90.3   (32 x 4 x 2 89.8 / 90.2, 32 x 4 x 4 89.1 /
-     *                                               89.6, 32 x 8 x 1 70-71, 32 x 2 x 4 84-86,
-     *                                               32 x 1 x 4 74-78)
+     * warps a block of 8 x 4 x 1 (2 packs a lane), 16 x 2 x 1 (2 packs), 32 x 2 x 1 and
+     * 32 x 1 x 1. H200, two or three alternating rounds, % of the same-run copy ceiling,
+     * bfloat16 / float16, against the tile and warp kernels (bench/results/lean_h200.txt):
+     *   128 columns   83.4 / 85.6 -> 90.0 / 90.0   (16 x 4 x 1 86.4 / 87.1, 16 x 2 x 4 84 / 86,
+     *                                               8 x 2 x 1 86.7 / 87.0, 8 x 2 x 2 85 / 85,
+     *                                               8 x 1 x 1 77)
+     *   256           84.8 / 86.6 -> 90.9 / 92.4   (32 x 4 x 1 89.2 / 90.2, 32 x 4 x 2 89.8 /
+     *                                               90.2, 16 x 2 x 2 90.2 / 90.4, 16 x 4 x 1
+     *                                               87.5 / 86.6, 8 x 4 x 1 76, 32 x 8 x 1 70-71,
+     *                                               16 x 1 x 1 78, 32 x 1 x 4 74-78)
      *   512           91.0 / 92.3 -> 94.9 / 95.7   (32 x 2 x 2 93.2 / 94.3, 32 x 2 x 4 92.1 /
      *                                               93.3, 32 x 4 x 1 89.9 / 86.2)
      *   1024          93.8 / 95.0 -> 96.2 / 96.6   (32 x 2 x 1 95.2 / 96.1, 32 x 1 x 2 94.8 /

@@ -22,7 +22,7 @@
  * the group's R rows, and y is stored evict-first. No loop over rows: one unit of 32 / W x R x
  * NW rows a block, a grid of every unit (at most 2^31 - 1 of them). Which rows and which (W, R,
  * NW) are the op's policy's lean(element bytes, packs, fast), measured per op: LayerNorm's
- * 16-bit rows of 128-1024 columns (+2.4 to +6.6 points of the copy ceiling), softmax's of 512
+ * 16-bit rows of 128-1024 columns (+1.6 to +6.6 points of the copy ceiling), softmax's of 512
  * and 1024 and log_softmax's of 1024 (+1 to +1.8) take it on an H200.
  *
  * Tried first (H200, two alternating rounds, % of the same-run copy ceiling): the op's stream
