@@ -270,13 +270,15 @@ struct nd_layernorm_policy : nd_norm_policy {
      *   512           91.0 / 92.3 -> 94.9 / 95.7   (32 x 2 x 2 93.2 / 94.3, 32 x 2 x 4 92.1 /
      *                                               93.3, 32 x 4 x 1 89.9 / 86.2)
      *   1024          93.8 / 95.0 -> 96.2 / 96.6   (32 x 2 x 1 95.2 / 96.1, 32 x 1 x 2 94.8 /
-     *                                               95.8, 32 x 2 x 2, 2 x 4, 1 x 4 94-95.4)
+     *                                               95.8, 32 x 2 x 2, 32 x 2 x 4, 32 x 1 x 4
+     *                                               94-95.4)
      * Not taken, lower than the kernels they would replace, or within 0.1, in the three
      * geometries of 8-32 lanes tried for each: 64 columns (-2.8 to -18.3), 192 (-1.3 to -16.5),
      * 384 (-0.2 to -11.1), 640 (+0.1 to -7.9); and 768 (32 lanes, 1 x 1 and 1 x 4: -2.9 to
      * +1.8 in two runs; the warp kernel's exact twin keeps it, ND_LN_LEAN_P96 0). float32 rows
-     * of 64-256 columns moved within -16.3 to +1.1 and keep theirs. Also tried: rstd = rsqrtf(var + eps) for 1 / sqrtf
-     * (as PyTorch's kernels): within -0.4 to +0.4 at 256-1024 columns, not kept. */
+     * of 64-256 columns moved within -16.3 to +1.1 and keep theirs. Also tried: rstd =
+     * rsqrtf(var + eps) for 1 / sqrtf (as PyTorch's kernels): within -0.4 to +0.4 at 256-1024
+     * columns, not kept. */
     static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
     {
         if (!ND_LN_LEAN || elem_bytes != 2 || !fast)

@@ -71,8 +71,8 @@ template <int W, int PK, int VEC> struct nd_lean_ctx {
     }
 };
 
-/* Groups of W lanes a row (32 / W groups a warp), R rows a group, NW warps a block: the rows of
- * a warp are r0 + r * (32 / W) + its group, r < R. */
+/* Groups of W lanes a row (32 / W groups a warp), R rows a group, NW warps a block: a group's
+ * rows are r0 + r * (32 / W), r < R, the warp's groups taking consecutive rows. */
 template <class Op, class T, int VEC, int W, int PK, int R, int NW>
 __global__ void __launch_bounds__(32 * NW) nd_rows_lean_kernel(nd_rows_args<T> a,
                                                                 typename Op::Params prm)
@@ -147,7 +147,10 @@ __global__ void __launch_bounds__(32 * NW) nd_rows_lean_kernel(nd_rows_args<T> a
 
 /* The policy's lean geometry, packed as lanes a row * 4096 + rows a group * 64 + warps a block
  * (0: not the lean path). */
-constexpr int nd_lean_code(int lanes, int rows, int warps) { return lanes * 4096 + rows * 64 + warps; }
+constexpr int nd_lean_code(int lanes, int rows, int warps)
+{
+    return lanes * 4096 + rows * 64 + warps;
+}
 constexpr int nd_lean_lanes(int code) { return code / 4096; }
 
 /* A/B runs: ND_ROWS_LEAN_TRY(element bytes, packs), a geometry (nd_lean_code) for every op's

@@ -159,7 +159,9 @@ template <bool LOG> struct nd_softmax_policy {
     {
         if (ND_SM_LEAN == 0 || elem_bytes != 2 || !fast)
             return 0;
-        return packs == 128 ? nd_lean_code(32, 1, 1) : packs == 64 && !LOG ? nd_lean_code(32, 1, 4) : 0;
+        return packs == 128            ? nd_lean_code(32, 1, 1)
+               : packs == 64 && !LOG ? nd_lean_code(32, 1, 4)
+                                     : 0;
     }
     /* Threads of a split kernel's chunk block (rows_split.cuh): 256, 8 packs each (32 KB of
      * float32, 64 KB of 16-bit). H100, three alternating rounds, 512 -> 256, % of the copy

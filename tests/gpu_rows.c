@@ -421,7 +421,8 @@ static void plan_for(const plan_case *c, void *x, void *y, char *plan, size_t n)
     nd_cuda_plan_trace(1);
     if (c->op == ND_OP_LAYERNORM || c->op == ND_OP_RMSNORM) {
         nd_norm_args a = {c->dt, 4, c->cols, xp, yp, NULL, NULL, 1e-5f, NULL, NULL};
-        st = c->op == ND_OP_LAYERNORM ? nd_cuda_layernorm(&a, 0, &err) : nd_cuda_rmsnorm(&a, 0, &err);
+        st = c->op == ND_OP_LAYERNORM ? nd_cuda_layernorm(&a, 0, &err)
+                                      : nd_cuda_rmsnorm(&a, 0, &err);
     } else {
         nd_softmax_args a = {c->dt, 4, c->cols, 1, xp, yp};
         st = nd_cuda_softmax(&a, c->op == ND_OP_LOG_SOFTMAX, NULL, &err);
