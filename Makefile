@@ -268,6 +268,32 @@ device-objs: $(LIBS_ALL) $(TEST_UTIL_OBJ)
 	cp $(TEST_UTIL_OBJ) $(BUILD)/carry/objs/util/
 	du -sh $(BUILD)/carry/objs
 
+# make sass SASS_OBJ=layernorm [SASS_GREP=nd_rows_lean]: the machine code (SASS) of
+# kernels/SASS_OBJ.cu as built, in $(BUILD)/sass/SASS_OBJ.sass, and each kernel's static
+# instruction count (every path, slow paths and padding included; those whose names contain
+# SASS_GREP), to read what the compiler made of a kernel where no GPU is. The CUDA toolkit here has no cuobjdump or nvdisasm (which cuobjdump runs); NVIDIA's
+# nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels from PyPI bring them, into $(BUILD)/tools.
+SASS_OBJ   ?= layernorm
+SASS_GREP  ?=
+SASS_TOOLS := $(BUILD)/tools/cuobjdump
+.PHONY: sass
+$(SASS_TOOLS)/.installed:
+	rm -rf $(SASS_TOOLS) && mkdir -p $(SASS_TOOLS)/whl
+	python3 -m pip download -q --no-deps -d $(SASS_TOOLS)/whl nvidia-cuda-cuobjdump \
+	    nvidia-cuda-nvdisasm
+	set -e; for w in $(SASS_TOOLS)/whl/*.whl; do python3 -m zipfile -e $$w $(SASS_TOOLS); done
+	find $(SASS_TOOLS) -path '*/bin/*' -type f -exec chmod +x {} +
+	touch $@
+sass: $(SASS_TOOLS)/.installed $(BUILD)/kernels/$(SASS_OBJ).o
+	mkdir -p $(BUILD)/sass
+	bin=$$(dirname "$$(find $(SASS_TOOLS) -path '*/bin/cuobjdump' | head -n 1)"); \
+	    PATH="$$bin:$$PATH" cuobjdump -sass $(BUILD)/kernels/$(SASS_OBJ).o \
+	    > $(BUILD)/sass/$(SASS_OBJ).sass
+	awk '/Function :/ { if (f) print n, f; f = $$3; n = 0 } /^ +\/\*[0-9a-f]+\*\// { n++ } \
+	     END { if (f) print n, f }' $(BUILD)/sass/$(SASS_OBJ).sass | grep -e '$(SASS_GREP)' | \
+	    sort -k2 | sed 's/^/instructions: /'
+	@echo "$(BUILD)/sass/$(SASS_OBJ).sass"
+
 # The Python tests' wheels for the GPU machine's Python (DEVICE_PYTHON, 3.12 on Ubuntu 24.04),
 # tritonclient's CUDA helpers included, into $(BUILD)/whl; numpy is left out (the GPU machine has
 # its own, beside PyTorch). bench/device_py.sh unpacks them there and runs the shared memory tests
