@@ -91,6 +91,12 @@
  * of L2) before it waits for the current row, so the wait has loads in flight. Every form lost
  * 0-9 points (bulk copies) or 3-20 (L2): its grids are a wave of the device, or a few rows a
  * block, and such grids stay below short blocks here, as the persistent copy does.
+ * Tried (H200, bench/results/split_loop_h200.txt): chunk blocks that hold no x, looping over
+ * their chunk twice as the loop kernel does over a row (32-40 registers, 1536-2048 threads an
+ * SM; the second pass from L2) with this kernel's ticket and slots between the passes, so the
+ * SM's other blocks load through a block's wait. Every op and dtype lost, more the more chunks a
+ * row has: 16-bit chunks of 64 KB 5-14 points (2048x65536 in 2 chunks 81-90 -> 74-80), of
+ * 32 KB 7-26, of 128 KB 5-25; float32 0-41.
  */
 #ifndef ND_ROWS_SPLIT_CUH
 #define ND_ROWS_SPLIT_CUH
