@@ -97,6 +97,12 @@
  * SM's other blocks load through a block's wait. Every op and dtype lost, more the more chunks a
  * row has: 16-bit chunks of 64 KB 5-14 points (2048x65536 in 2 chunks 81-90 -> 74-80), of
  * 32 KB 7-26, of 128 KB 5-25; float32 0-41.
+ * Tried (H100 only, bench/results/hold_h100.txt): rows of 8192 packs (16-bit 65536 columns,
+ * float32 32768) in one block of 512 threads a row holding the row on chip, 8 packs a thread in
+ * registers and 8 in shared memory (cp.async into thread-private slots; or 4 + 12), two rows an
+ * SM and no wait on other blocks. Lower at every such shape: 16-bit 2048x65536 3-27 points
+ * below this kernel (bfloat16 spilled at 64 registers), float32 49152x32768 1.5-8 below the big
+ * block.
  */
 #ifndef ND_ROWS_SPLIT_CUH
 #define ND_ROWS_SPLIT_CUH

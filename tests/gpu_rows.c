@@ -503,6 +503,30 @@ Test(gpu_rows, loop_kernel_many_rows)
     check_plans(plans, sizeof plans / sizeof plans[0], "loop", "block ");
 }
 
+/* Rows of 8192 packs on the 16-byte grid (float32 32768 columns: one block of 1024 threads a row;
+ * 16-bit 65536: the split kernel in chunks of 2-4 blocks) and beside them (32760 and 65528:
+ * whole packs, a row's last block or chunk part-empty), every op and dtype, more rows than the
+ * device holds such blocks at once in one case of each, x of mean 0 and 1e4. */
+Test(gpu_rows, rows_of_8192_packs)
+{
+    need_device();
+    static const nd_op ops[] = {ND_OP_LAYERNORM, ND_OP_RMSNORM, ND_OP_SOFTMAX, ND_OP_LOG_SOFTMAX};
+    static const nd_dtype dts[] = {ND_FLOAT32, ND_FLOAT16, ND_BFLOAT16};
+    static const int64_t widths[] = {32768, 65536, 32760, 65528};
+    uint64_t rng = 0x6400;
+    for (int o = 0; o < 4; o++)
+        for (int d = 0; d < 3; d++)
+            for (int w = 0; w < 4; w++) {
+                if ((w & 1) != (d != 0)) /* float32 32768 / 32760, 16-bit 65536 / 65528 */
+                    continue;
+                for (int v = 0; v < 3; v++) {
+                    rcase c = {ops[o], dts[d], v == 1 && w < 2 ? 300 : 7, widths[w], 0, 0, v != 1,
+                               v == 0, v == 2 ? 1e4 : 0.0, case_std(ops[o])};
+                    run_case(&c, &rng);
+                }
+            }
+}
+
 /* 16-bit rows on the 16-byte grid of some widths take the lean kernel on a fast device
  * (rows_lean.cuh; the policies' lean): W lanes a row, R rows a group, NW warps a block, one unit
  * of 32 / W x R x NW rows a block. LayerNorm's of 128, 256, 512 and 1024 columns, softmax's and
