@@ -102,8 +102,9 @@
 #define ND_LN_LOOP 1
 #endif
 
-/* nd_layernorm_policy::lean: 1 as measured; 0 none (A/B runs). ND_LN_LEAN_P<n>: the geometry
- * (nd_lean_code(lanes a row, rows a group, warps a block), 0: none) of 16-bit rows of n packs. */
+/* nd_layernorm_policy::lean: 1 as measured; 0 none (A/B runs); 2 the fast device's rows on
+ * every device (A/B runs). ND_LN_LEAN_P<n>: the geometry (nd_lean_code(lanes a
+ * row, rows a group, warps a block), 0: none) of 16-bit rows of n packs. */
 #ifndef ND_LN_LEAN
 #define ND_LN_LEAN 1
 #endif
@@ -278,14 +279,24 @@ struct nd_layernorm_policy : nd_norm_policy {
      * +1.8 in two runs; the warp kernel's exact twin keeps it, ND_LN_LEAN_P96 0). float32 rows
      * of 64-256 columns moved within -16.3 to +1.1 and keep theirs. Also tried: rstd =
      * rsqrtf(var + eps) for 1 / sqrtf (as PyTorch's kernels): within -0.4 to +0.4 at 256-1024
-     * columns, not kept. */
+     * columns, not kept.
+     * On an H100 (every device, ND_LN_LEAN 2, against the warp kernels; three alternating
+     * rounds, bench/results/lean_h100.txt), bfloat16 / float16: 128 columns 94.5 / 96.2 -> 96.8
+     * / 96.8, 256 95.8 / 96.0 -> 96.5 / 96.4, 512 98.3 / 98.3 -> 97.6 / 97.7, 1024 99.1 / 99.2
+     * -> 98.2 / 98.5; softmax 512 / 1024 and log_softmax 1024 within -0.4 to +0.2. So rows of
+     * 16 and 32 packs take it on every device, 64 and 128 on a fast one (the final library
+     * against it with P16 and P32 0, three rounds: 128 94.6 / 96.2 -> 96.6 / 97.0, 256 95.6 /
+     * 96.1 -> 96.5 / 96.7). */
     static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
     {
-        if (!ND_LN_LEAN || elem_bytes != 2 || !fast)
+        if (!ND_LN_LEAN || elem_bytes != 2)
             return 0;
-        return packs == 16 ? ND_LN_LEAN_P16 : packs == 32 ? ND_LN_LEAN_P32
-               : packs == 64 ? ND_LN_LEAN_P64
-               : packs == 96 ? ND_LN_LEAN_P96 : packs == 128 ? ND_LN_LEAN_P128 : 0;
+        if (packs == 16 || packs == 32)
+            return packs == 16 ? ND_LN_LEAN_P16 : ND_LN_LEAN_P32;
+        if (!fast && ND_LN_LEAN != 2)
+            return 0;
+        return packs == 64 ? ND_LN_LEAN_P64 : packs == 96 ? ND_LN_LEAN_P96
+               : packs == 128 ? ND_LN_LEAN_P128 : 0;
     }
     /* Tried after (H100, three alternating rounds, bench/results/rows_hold_h100.txt), none kept:
      *   16-bit rows of 32-63 packs at 2 packs a lane too (256 columns: 16 lanes, parameters

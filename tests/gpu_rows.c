@@ -529,11 +529,11 @@ Test(gpu_rows, rows_of_8192_packs)
 
 /* 16-bit rows on the 16-byte grid of some widths take the lean kernel on a fast device
  * (rows_lean.cuh; the policies' lean): W lanes a row, R rows a group, NW warps a block, one unit
- * of 32 / W x R x NW rows a block. LayerNorm's of 128, 256, 512 and 1024 columns, softmax's and
- * log_softmax's of 1024, softmax's of 512. Those widths and 768 beside them, every op and dtype
- * (where others take other kernels: the same answers), with row counts that end part-way
- * through a warp's rows and a block's warps; the plans of some, and of the same rows off the
- * grid. */
+ * of 32 / W x R x NW rows a block. LayerNorm's of 128, 256 (these two on every device), 512 and
+ * 1024 columns, softmax's and log_softmax's of 1024, softmax's of 512. Those widths and 768
+ * beside them, every op and dtype (where others take other kernels: the same answers), with
+ * row counts that end part-way through a warp's rows and a block's warps; the plans of some,
+ * and of the same rows off the grid. */
 Test(gpu_rows, lean_kernel_many_rows)
 {
     need_device();
@@ -551,10 +551,14 @@ Test(gpu_rows, lean_kernel_many_rows)
                                    v == 2 ? 1e4 : 0.0, case_std(ops[o])};
                         run_case(&c, &rng);
                     }
+    /* LayerNorm's 16-bit 128 and 256 columns on every device */
+    static const plan_case anywhere[] = {
+        {ND_OP_LAYERNORM, ND_BFLOAT16, 128, 0, "lean W=8 packs=2 R=4 warps=1 "},
+        {ND_OP_LAYERNORM, ND_FLOAT16, 256, 0, "lean W=16 packs=2 R=2 warps=1 "}};
+    check_plans(anywhere, sizeof anywhere / sizeof anywhere[0], "(no kind here is a fast device's "
+                "alone)", NULL);
     /* on a fast device; elsewhere, and where NULL, any plan but a lean one */
     static const plan_case plans[] = {
-        {ND_OP_LAYERNORM, ND_BFLOAT16, 128, 0, "lean W=8 packs=2 R=4 warps=1 "},
-        {ND_OP_LAYERNORM, ND_FLOAT16, 256, 0, "lean W=16 packs=2 R=2 warps=1 "},
         {ND_OP_LAYERNORM, ND_BFLOAT16, 512, 0, "lean W=32 packs=2 R=2 warps=1 "},
         {ND_OP_LAYERNORM, ND_FLOAT16, 1024, 0, "lean W=32 packs=4 R=1 warps=1 "},
         {ND_OP_SOFTMAX, ND_BFLOAT16, 1024, 0, "lean W=32 packs=4 R=1 warps=1 "},
