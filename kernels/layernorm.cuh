@@ -103,8 +103,8 @@
 #endif
 
 /* nd_layernorm_policy::lean: 1 as measured; 0 none (A/B runs); 2 the fast device's rows on
- * every device (A/B runs). ND_LN_LEAN_P<n>: the geometry (nd_lean_code(lanes a
- * row, rows a group, warps a block), 0: none) of 16-bit rows of n packs. */
+ * every device (A/B runs). ND_LN_LEAN_P<n>: the geometry (nd_lean_code(lanes a row, rows a
+ * group, warps a block), 0: none) of 16-bit rows of n packs. */
 #ifndef ND_LN_LEAN
 #define ND_LN_LEAN 1
 #endif
