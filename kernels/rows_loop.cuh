@@ -32,6 +32,13 @@
  * nd_row_emit. The path takes only rows on the 16-byte grid in whole packs (nd_rows_on_grid),
  * so neither pass tests a column; which rows and which (THREADS, U) are the op's policy's
  * loop(element bytes, packs, fast), measured per op.
+ *
+ * Tried (H200, two alternating rounds, bench/results/loop8k_h200.txt): rows of 8192 packs
+ * (float32 32768 columns, 16-bit 65536) in 1024 threads x 1 or 2 packs a pass, every op
+ * (LayerNorm float32 only). Every such row lost: 16-bit 65536 9-26 points of the copy ceiling
+ * against the split kernel, float32 32768 7-23 against the split kernel and RMSNorm's big block
+ * (96.1 -> 88). Rows of 64 KB run at 101% here; rows of 128 KB, two blocks an SM, hold 34 MB of
+ * x between their passes.
  */
 #ifndef ND_ROWS_LOOP_CUH
 #define ND_ROWS_LOOP_CUH
