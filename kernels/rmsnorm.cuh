@@ -106,6 +106,7 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * 97-98 -> 70-82, float32 5120 within 0.3; so only the lengths above. */
     static constexpr int loop(int elem_bytes, int64_t packs, bool fast)
     {
+        fast = fast || ND_ROWS_LOOP_EVERY;
         const bool take = ND_RMS_LOOP && fast &&
                           (packs == 512 || packs == 2048 || packs == 4096 ||
                            (elem_bytes == 4 && (packs == 1024 || packs == 1536)));

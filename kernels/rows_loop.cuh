@@ -47,6 +47,10 @@
 #ifndef ND_ROWS_LOOP
 #define ND_ROWS_LOOP 1
 #endif
+/* 1: the policies' loop() rows of a fast device on every device (A/B runs); 0: as measured */
+#ifndef ND_ROWS_LOOP_EVERY
+#define ND_ROWS_LOOP_EVERY 0
+#endif
 
 /* Threads an SM the kernel's launch bounds ask for: 2048, the most an SM holds, caps it at 32
  * registers, where every geometry below compiles without spilling (nvcc 13, -Xptxas -v) and

@@ -145,7 +145,11 @@ template <bool LOG> struct nd_softmax_policy {
      * to +8; 333-2047: 16-bit -7 to -20, float32 to -17. H100, the kept rule: 16-bit 7-79
      * columns +8 to +26, float32 7 +13 / +15. */
     static constexpr int stage_packs(int) { return 10; }
-    /* no row takes the loop kernel (rows_loop.cuh) */
+    /* No row takes the loop kernel (rows_loop.cuh). Tried (H200, two alternating rounds,
+     * bench/results/loop_softmax_h200.txt): RMSNorm's loop rows, float32 2048-16384 columns and
+     * 16-bit 4096-32768. Every width lost but float32 8192 (log_softmax +0.5, softmax -3.6):
+     * 16-bit 32768 97-98 -> 53-57% of the copy ceiling, float32 4096 97 -> 66. The kernel runs
+     * at 32 registers, and the online statistics take one or two exps and a branch an element. */
     static constexpr int loop(int, int64_t, bool) { return 0; }
     /* 16-bit rows on the grid of 1024 columns (128 packs), and softmax's of 512 (64), take the
      * lean kernel on a fast device (rows_lean.cuh): 1 row a warp, 1 and 4 warps a block. H200,
