@@ -469,8 +469,8 @@ static void check_plans(const plan_case *c, size_t n, const char *fast_only, con
 }
 
 /* RMSNorm's and LayerNorm's rows on the 16-byte grid of some lengths take the loop kernel on a
- * fast device (rows_loop.cuh; the policies' loop): two passes over x in passes of threads x 1,
- * 2 or 4 packs. Those widths (float32 6144: a pass of 512 x 4 packs that ends at the third) and
+ * fast device, RMSNorm's of 4096 packs on every device (rows_loop.cuh; the policies' loop): two
+ * passes over x in passes of threads x 1, 2 or 4 packs. Those widths (float32 6144: a pass of 512 x 4 packs that ends at the third) and
  * widths beside them, many rows, in every dtype, on any device; the plans of some of them, and
  * of the same rows off the grid (the block kernel). */
 Test(gpu_rows, loop_kernel_many_rows)
@@ -493,7 +493,6 @@ Test(gpu_rows, loop_kernel_many_rows)
         {ND_OP_RMSNORM, ND_FLOAT16, 4096, 0, "loop threads=256 packs=2"},
         {ND_OP_RMSNORM, ND_FLOAT32, 4096, 0, "loop threads=512 packs=2"},
         {ND_OP_RMSNORM, ND_BFLOAT16, 16384, 0, "loop threads=512 packs=4"},
-        {ND_OP_RMSNORM, ND_FLOAT16, 32768, 0, "loop threads=1024 packs=1"},
         {ND_OP_RMSNORM, ND_FLOAT32, 6144, 0, "loop threads=512 packs=4"},
         {ND_OP_RMSNORM, ND_BFLOAT16, 8192, 0, "loop threads=256 packs=4"},
         {ND_OP_RMSNORM, ND_FLOAT16, 10240, 0, "block "},
@@ -502,6 +501,12 @@ Test(gpu_rows, loop_kernel_many_rows)
         {ND_OP_LAYERNORM, ND_FLOAT32, 8192, 0, "loop threads=512 packs=4"},
         {ND_OP_LAYERNORM, ND_FLOAT16, 8192, 0, "block "}};
     check_plans(plans, sizeof plans / sizeof plans[0], "loop", "block ");
+    /* RMSNorm's rows of 4096 packs on every device */
+    static const plan_case anywhere[] = {
+        {ND_OP_RMSNORM, ND_FLOAT16, 32768, 0, "loop threads=1024 packs=1"},
+        {ND_OP_RMSNORM, ND_FLOAT32, 16384, 0, "loop threads=1024 packs=1"},
+        {ND_OP_RMSNORM, ND_BFLOAT16, 32760, 0, "block "}};
+    check_plans(anywhere, sizeof anywhere / sizeof anywhere[0], NULL, NULL);
 }
 
 /* Rows of 8192 packs on the 16-byte grid (float32 32768 columns: one block of 1024 threads a row;
