@@ -9,8 +9,8 @@
 # Writes NAME_rR.csv per build (NAME: the binary's name) and summary.txt into $OUT (or
 # bench/results/ab). TORCH=1 also runs torch_bench.py on the same shapes (eager and
 # torch.compile, after 4 warm-shard processes; TORCH_ARGS: its --op, --dtype, --cols) and appends
-# plot.py's joined table for the first build's first round. Build the binaries with
-# bench/ab_variant.sh.
+# plot.py's joined table for each build's first round, so x torch.compile is read against the
+# same PyTorch run for every build. Build the binaries with bench/ab_variant.sh.
 set -uo pipefail
 [ $# -ge 1 ] || { sed -n '2,13p' "$0" >&2; exit 2; }
 OUT=${OUT:-bench/results/ab}
@@ -39,7 +39,10 @@ if [ "${TORCH:-0}" = 1 ]; then
     # shellcheck disable=SC2086
     timeout 600 python3 bench/torch_bench.py --suite "$SUITE" ${TORCH_ARGS:-} --impl eager,compile \
         --csv "$OUT/torch.csv" > "$OUT/torch.log" 2>&1
-    first=$(basename "$1")
-    python3 bench/plot.py --table "$OUT/${first}_r1.csv" "$OUT/torch.csv" >> "$OUT/summary.txt"
+    for b in "$@"; do
+        n=$(basename "$b")
+        printf '\n%s, round 1, against torch_bench.py in this run:\n' "$n" >> "$OUT/summary.txt"
+        python3 bench/plot.py --table "$OUT/${n}_r1.csv" "$OUT/torch.csv" >> "$OUT/summary.txt"
+    done
 fi
 cat "$OUT/summary.txt"
