@@ -249,7 +249,6 @@ struct nd_layernorm_policy : nd_norm_policy {
      * SM (40 registers) as much or more. */
     static constexpr int loop(int elem_bytes, int64_t packs, bool fast)
     {
-        fast = fast || ND_ROWS_LOOP_EVERY;
         const bool take = ND_LN_LOOP == 2 ? fast && (packs == 512 || packs == 1024 ||
                                                      packs == 1280 || packs == 1536 ||
                                                      packs == 2048 || packs == 4096)

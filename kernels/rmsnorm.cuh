@@ -112,7 +112,6 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * 4096) and stay on the block kernel there. */
     static constexpr int loop(int elem_bytes, int64_t packs, bool fast)
     {
-        fast = fast || ND_ROWS_LOOP_EVERY;
         const bool take = ND_RMS_LOOP && (fast || packs == 4096) &&
                           (packs == 512 || packs == 2048 || packs == 4096 ||
                            (elem_bytes == 4 && (packs == 1024 || packs == 1536)));

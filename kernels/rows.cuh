@@ -1583,7 +1583,8 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
     if constexpr (nd_rows_loop_any<Pol>((int)sizeof(T))) {
         /* one block a row: a grid of every row (ND_ROWS_GRID) of at most 2^31 - 1 */
         const bool loop_ok = ND_ROWS_GRID != 0 && on_grid && a.rows <= 0x7fffffff;
-        if (const int code = loop_ok ? Pol::loop((int)sizeof(T), P, fast) : 0)
+        const bool lfast = fast || ND_ROWS_LOOP_EVERY; /* the A/B knob (rows_loop.cuh) */
+        if (const int code = loop_ok ? Pol::loop((int)sizeof(T), P, lfast) : 0)
             return nd_rows_loop_run<Op, T, VEC>(a, prm, code, di, s, name, err);
     }
     if (P <= cap_block) {

@@ -47,7 +47,8 @@
 #ifndef ND_ROWS_LOOP
 #define ND_ROWS_LOOP 1
 #endif
-/* 1: the policies' loop() rows of a fast device on every device (A/B runs); 0: as measured */
+/* 1: every device asks the op's policy for a fast device's loop() rows (nd_rows_run; A/B
+ * runs); 0: as measured */
 #ifndef ND_ROWS_LOOP_EVERY
 #define ND_ROWS_LOOP_EVERY 0
 #endif
