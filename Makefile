@@ -271,8 +271,9 @@ device-objs: $(LIBS_ALL) $(TEST_UTIL_OBJ)
 # make sass SASS_OBJ=layernorm [SASS_GREP=nd_rows_lean]: the machine code (SASS) of
 # kernels/SASS_OBJ.cu as built, in $(BUILD)/sass/SASS_OBJ.sass, and each kernel's static
 # instruction count (every path, slow paths and padding included; those whose names contain
-# SASS_GREP), to read what the compiler made of a kernel where no GPU is. The CUDA toolkit here has no cuobjdump or nvdisasm (which cuobjdump runs); NVIDIA's
-# nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels from PyPI bring them, into $(BUILD)/tools.
+# SASS_GREP), to read what the compiler made of a kernel where no GPU is. cuobjdump and nvdisasm
+# (which cuobjdump runs), which a CUDA toolkit may lack, come from NVIDIA's nvidia-cuda-cuobjdump
+# and nvidia-cuda-nvdisasm wheels on PyPI, into $(BUILD)/tools.
 SASS_OBJ   ?= layernorm
 SASS_GREP  ?=
 SASS_TOOLS := $(BUILD)/tools/cuobjdump
