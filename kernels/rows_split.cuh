@@ -97,6 +97,16 @@
  * SM's other blocks load through a block's wait. Every op and dtype lost, more the more chunks a
  * row has: 16-bit chunks of 64 KB 5-14 points (2048x65536 in 2 chunks 81-90 -> 74-80), of
  * 32 KB 7-26, of 128 KB 5-25; float32 0-41.
+ * Tried (H200, bench/split_smem_probe.cu, bench/results/split_smem_h200.txt): chunks held in
+ * shared memory instead of registers, brought by bulk copies (8 a chunk, an mbarrier each), 32-38
+ * registers a thread, so an SM holds 192-224 KB of x (2-6 blocks of 32-112 KB) where registers
+ * hold 128 KB, and chunks up to 112 KB (fewer a row). RMSNorm and LayerNorm, every shape and
+ * chunk size: 7-25 points below this kernel (float32 2048x65536 RMSNorm 90.9 -> 77-80.5); the
+ * smallest chunks with the most blocks an SM did best.
+ * Tried (H100, bench/results/split_psmid_h100.txt): the parameter probe above in which every
+ * chunk block on an SM reads the same chunk's parameters (wrong results), now on an H100:
+ * LayerNorm float32 128x1048576 83.8 -> 89.8, every other long shape -3.0 to 0. An SM-affine
+ * chunk order was not built for the one shape.
  * Tried (H100 only, bench/results/hold_h100.txt): rows of 8192 packs (16-bit 65536 columns,
  * float32 32768) in one block of 512 threads a row holding the row on chip, 8 packs a thread in
  * registers and 8 in shared memory (cp.async into thread-private slots; or 4 + 12), two rows an

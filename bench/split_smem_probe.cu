@@ -1,0 +1,314 @@
+/*
+ * split_smem_probe.cu - a design for rows longer than a block, measured here before it is built:
+ * chunk blocks that hold their chunk of the row in shared memory, brought by the bulk-copy engine,
+ * instead of in registers.
+ *
+ * Why. The split kernel (kernels/rows_split.cuh) holds a chunk of 512 x 8 or 256 x 8 packs in
+ * each block's registers; the register file then holds 128 KB of x an SM (two or four blocks),
+ * and a block that has published its statistics waits, registers held and no loads in flight,
+ * for the slowest chunk of its row. On an H200 that path runs rows of 65536-1048576 columns at
+ * 74-90% of the copy ceiling. Shared memory holds up to 227 KB an SM, filled by bulk copies that
+ * need no registers and put a whole chunk's bytes in flight at once; a block of few registers
+ * then computes from it twice (statistics, output). So an SM holds more of x at once (2-6 blocks
+ * of 32-112 KB), and a chunk can be larger than registers allow (fewer chunks a row, fewer waits).
+ *
+ * The probe, for RMSNorm and LayerNorm (float32 sums; LayerNorm's shifted by the row's first
+ * element, one all-reduce, as the library's):
+ *   - a block takes a ticket (row t / C, chunk t % C, as the split kernel), thread 0 starts NPC
+ *     bulk copies of the chunk's pieces into shared memory (an mbarrier each, L2 evict-first);
+ *   - each thread sums its packs of each piece as it lands; the block all-reduce; thread 0
+ *     publishes the block's sums as one 64-bit flag word (the workspace starts as all ones);
+ *     warp 0 waits for the row's C words and folds them in a fixed order;
+ *   - y written from shared memory with the parameters (read-only path), evict-first.
+ *
+ * Prints, per op, dtype and shape: the copy ceiling (the faster of bench_gpu's copy kernel and
+ * cudaMemcpyAsync), the library and each probe geometry (threads x KB a chunk, blocks an SM from
+ * the occupancy API, chunks a row) as % of it, and the probe's largest difference from the
+ * library's output (poisoned before each check). Timing as bench_gpu's (graph replays).
+ *
+ * Build (bench/device_link.sh has made build/libndkernels.a):
+ *   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 bench/split_smem_probe.cu \
+ *        build/libndkernels.a -o build/bench/split_smem_probe
+ * Usage: split_smem_probe [cols ...]   (default 65536 262144 1048576; rows: 2^27 / cols)
+ */
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "gpu_timing.cuh"
+#include "../kernels/cuda_common.cuh"
+
+constexpr int MAXPC = 8; /* pieces (bulk copies, mbarriers) a chunk at most */
+
+__device__ __forceinline__ void st_word(unsigned long long *p, unsigned long long v)
+{
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ unsigned long long ld_word(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* OP 0: RMSNorm, y = x * rsqrt(mean(x^2) + eps) * g; OP 1: LayerNorm, (x - mean) * rstd * g + b.
+ * CP packs a chunk (shared memory: CP * 16 bytes), NPC pieces. */
+template <class T, int OP, int TH>
+__global__ void __launch_bounds__(TH)
+smem_chunk(const uint4 *__restrict__ x, uint4 *__restrict__ y, const uint4 *__restrict__ g,
+           const uint4 *__restrict__ b, long P, int C, int CP, int NPC, unsigned *ticket,
+           unsigned long long *slots, float eps, float n)
+{
+    constexpr int VEC = 16 / sizeof(T), NW = TH / 32;
+    extern __shared__ uint4 buf[];
+    __shared__ uint64_t bar[MAXPC];
+    __shared__ unsigned tk;
+    __shared__ float red[2][NW];
+    __shared__ float tot[2];
+    __shared__ float shift;
+    if (threadIdx.x == 0) {
+        tk = atomicAdd(ticket, 1u);
+        for (int k = 0; k < NPC; k++)
+            nd_mbar_init(&bar[k], 1);
+        nd_mbar_init_fence();
+    }
+    __syncthreads();
+    const long row = tk / (unsigned)C;
+    const int chunk = (int)(tk % (unsigned)C);
+    const long c0 = (long)chunk * CP;
+    const int np = (int)min((long)CP, P - c0); /* packs of this chunk */
+    const int pp = (CP + NPC - 1) / NPC;        /* packs a piece */
+    const uint4 *xr = x + row * P;
+    if (threadIdx.x == 0) {
+        for (int k = 0; k < NPC && k * pp < np; k++) {
+            const int cnt = min(pp, np - k * pp);
+            nd_mbar_expect_tx(&bar[k], (unsigned)cnt * 16u);
+            nd_bulk_load<true>(buf + k * pp, xr + c0 + k * pp, (unsigned)cnt * 16u, &bar[k]);
+        }
+        if (OP == 1) {
+            float f[VEC];
+            unpack<T>(__ldg(xr), f);
+            shift = f[0];
+        }
+    }
+    if (OP == 1)
+        __syncthreads();
+    const float sh = OP == 1 ? shift : 0.0f;
+    float s = 0.0f, q = 0.0f;
+    for (int k = 0; k < NPC && k * pp < np; k++) {
+        const int hi = min(np, (k + 1) * pp);
+        nd_mbar_wait(&bar[k], 0);
+        for (int p = k * pp + threadIdx.x; p < hi; p += TH) {
+            float f[VEC];
+            unpack<T>(buf[p], f);
+#pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                const float d = f[j] - sh;
+                s += d;
+                q = fmaf(d, d, q);
+            }
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) {
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+        q += __shfl_xor_sync(0xffffffffu, q, o);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        red[0][threadIdx.x / 32] = s;
+        red[1][threadIdx.x / 32] = q;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        s = lane < NW ? red[0][lane] : 0.0f;
+        q = lane < NW ? red[1][lane] : 0.0f;
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) {
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+            q += __shfl_xor_sync(0xffffffffu, q, o);
+        }
+        unsigned long long *sl = slots + row * C;
+        if (lane == 0)
+            st_word(sl + chunk, (unsigned long long)__float_as_uint(s) << 32 | __float_as_uint(q));
+        /* lane l folds chunks l, l + 32, ... in order, then a shuffle tree in lane order */
+        float as = 0.0f, aq = 0.0f;
+        for (int c = lane; c < C; c += 32) {
+            unsigned long long w;
+            while ((w = ld_word(sl + c)) == ~0ull) {
+            }
+            as += __uint_as_float((unsigned)(w >> 32));
+            aq += __uint_as_float((unsigned)w);
+        }
+        for (int o = 16; o > 0; o /= 2) {
+            as += __shfl_down_sync(0xffffffffu, as, o);
+            aq += __shfl_down_sync(0xffffffffu, aq, o);
+        }
+        if (lane == 0) {
+            tot[0] = as;
+            tot[1] = aq;
+        }
+    }
+    __syncthreads();
+    float m = 0.0f, rs;
+    if (OP == 1) {
+        const float dm = tot[0] / n;
+        m = sh + dm;
+        rs = rsqrtf(fmaxf(tot[1] / n - dm * dm, 0.0f) + eps);
+    } else {
+        rs = rsqrtf(tot[1] / n + eps);
+    }
+    uint4 *yr = y + row * P + c0;
+#pragma unroll 4
+    for (int p = threadIdx.x; p < np; p += TH) {
+        float f[VEC], gg[VEC], bb[VEC];
+        unpack<T>(buf[p], f);
+        unpack<T>(__ldg(g + c0 + p), gg);
+        if (OP == 1)
+            unpack<T>(__ldg(b + c0 + p), bb);
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            f[j] = OP == 1 ? fmaf((f[j] - m) * rs, gg[j], bb[j]) : f[j] * rs * gg[j];
+        __stcs(yr + p, pack<T>(f));
+    }
+}
+
+struct geom {
+    int th, kb; /* threads, KB of x a chunk */
+};
+
+template <class T, int OP, int TH> struct launcher {
+    static int blocks_per_sm(int smem)
+    {
+        CK(cudaFuncSetAttribute(smem_chunk<T, OP, TH>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                smem));
+        int nb = 0;
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, smem_chunk<T, OP, TH>, TH, smem));
+        return nb;
+    }
+    static void launch(const void *x, void *y, const void *g, const void *b, long rows, long P,
+                       int C, int CP, void *ws, size_t wsb, float eps, long cols, cudaStream_t s)
+    {
+        CK(cudaMemsetAsync(ws, 0xff, wsb, s)); /* slots empty */
+        CK(cudaMemsetAsync(ws, 0, 16, s));     /* ticket 0 */
+        smem_chunk<T, OP, TH><<<(unsigned)(rows * C), TH, (size_t)CP * 16, s>>>(
+            (const uint4 *)x, (uint4 *)y, (const uint4 *)g, (const uint4 *)b, P, C, CP, MAXPC,
+            (unsigned *)ws, (unsigned long long *)((char *)ws + 16), eps, (float)cols);
+        CK(cudaGetLastError());
+    }
+};
+
+template <class T, int OP> static void run(long cols, nd_dtype dt)
+{
+    const long rows = (1L << 27) / cols;
+    const size_t es = sizeof(T);
+    const long n = rows * cols, P = cols * (long)es / 16;
+    const double xb = (double)n * es, moved = 2 * xb;
+    const int k = (int)std::min(64.0, std::max(1.0, std::ceil(kWorkingSet / moved)));
+    const int N = std::max(3, (int)std::min(2000.0, std::max((double)k, std::ceil(kGraphBytes / moved))));
+    std::vector<void *> xs(k), ys(k);
+    for (int i = 0; i < k; i++) {
+        CK(cudaMalloc(&xs[i], (size_t)n * es));
+        CK(cudaMalloc(&ys[i], (size_t)n * es));
+        fill(dt, xs[i], n, 1234 + i, -2.0f, 2.0f);
+    }
+    void *g, *b, *yref;
+    CK(cudaMalloc(&g, cols * es));
+    CK(cudaMalloc(&b, cols * es));
+    CK(cudaMalloc(&yref, (size_t)n * es));
+    fill(dt, g, cols, 99, 0.5f, 1.5f);
+    fill(dt, b, cols, 98, -0.5f, 0.5f);
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const float eps = OP == 1 ? 1e-5f : 1e-6f;
+    double tk, tm;
+    time_ceiling(s, N, xs, ys, xb, &tk, &tm);
+    const double tc = std::min(tk, tm);
+    auto lib = [&](void *x, void *y) {
+        nd_norm_args a = {dt, rows, cols, x, y, g, OP == 1 ? b : NULL, eps, NULL, NULL};
+        nd_error err;
+        if ((OP == 1 ? nd_cuda_layernorm(&a, s, &err) : nd_cuda_rmsnorm(&a, s, &err)) != ND_OK) {
+            fprintf(stderr, "library: %s\n", err.msg);
+            exit(1);
+        }
+    };
+    const double tl = time_graph(s, N, [&](int i) { lib(xs[i % k], ys[i % k]); });
+    printf("%-9s %-8s %ldx%-8ld ceil %8.1f us  lib %5.1f%%", OP == 1 ? "layernorm" : "rmsnorm",
+           nd_dtype_name(dt), rows, cols, tc, 100.0 * tc / tl);
+    lib(xs[0], yref);
+    int dev = 0, nsm = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
+    std::vector<T> a1(1 << 20), a2(1 << 20);
+    for (geom gm : {geom{256, 32}, geom{512, 48}, geom{512, 64}, geom{512, 72}, geom{512, 96},
+                    geom{512, 112}, geom{1024, 112}}) {
+        const int CP = gm.kb * 1024 / 16, C = (int)((P + CP - 1) / CP);
+        const int smem = CP * 16;
+        int nb;
+        void (*launch)(const void *, void *, const void *, const void *, long, long, int, int,
+                       void *, size_t, float, long, cudaStream_t);
+        if (gm.th == 256) {
+            nb = launcher<T, OP, 256>::blocks_per_sm(smem);
+            launch = launcher<T, OP, 256>::launch;
+        } else if (gm.th == 512) {
+            nb = launcher<T, OP, 512>::blocks_per_sm(smem);
+            launch = launcher<T, OP, 512>::launch;
+        } else {
+            nb = launcher<T, OP, 1024>::blocks_per_sm(smem);
+            launch = launcher<T, OP, 1024>::launch;
+        }
+        printf(" | %dx%dK %d/SM C=%d", gm.th, gm.kb, nb, C);
+        if (C > nb * nsm || C < 2) { /* a row's chunks must all be resident at once */
+            printf(" n/a");
+            continue;
+        }
+        const size_t wsb = 16 + (size_t)rows * C * 8;
+        void *ws;
+        CK(cudaMalloc(&ws, wsb));
+        const double t = time_graph(s, N, [&](int i) {
+            launch(xs[i % k], ys[i % k], g, b, rows, P, C, CP, ws, wsb, eps, cols, s);
+        });
+        CK(cudaMemsetAsync(ys[0], 0xff, (size_t)n * es, s)); /* poison */
+        launch(xs[0], ys[0], g, b, rows, P, C, CP, ws, wsb, eps, cols, s);
+        CK(cudaStreamSynchronize(s));
+        double md = 0;
+        for (long off : {0L, n / 2, n - (1L << 20)}) {
+            CK(cudaMemcpy(a1.data(), (T *)ys[0] + off, a1.size() * es, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(a2.data(), (T *)yref + off, a2.size() * es, cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < a1.size(); i++) {
+                const double d = fabs((double)(float)a1[i] - (double)(float)a2[i]);
+                md = std::max(md, d == d ? d : INFINITY);
+            }
+        }
+        printf(" %5.1f%% (%.2g)", 100.0 * tc / t, md);
+        fflush(stdout);
+        CK(cudaFree(ws));
+    }
+    printf("\n");
+    for (int i = 0; i < k; i++) {
+        CK(cudaFree(xs[i]));
+        CK(cudaFree(ys[i]));
+    }
+    for (void *p : {g, b, yref})
+        CK(cudaFree(p));
+    CK(cudaStreamDestroy(s));
+}
+
+int main(int argc, char **argv)
+{
+    std::vector<long> widths = {65536, 262144, 1048576};
+    if (argc > 1) {
+        widths.clear();
+        for (int i = 1; i < argc; i++)
+            widths.push_back(atol(argv[i]));
+    }
+    for (long c : widths) {
+        run<float, 0>(c, ND_FLOAT32);
+        run<__half, 0>(c, ND_FLOAT16);
+        run<__nv_bfloat16, 0>(c, ND_BFLOAT16);
+        run<float, 1>(c, ND_FLOAT32);
+        run<__half, 1>(c, ND_FLOAT16);
+        run<__nv_bfloat16, 1>(c, ND_BFLOAT16);
+    }
+    return 0;
+}
