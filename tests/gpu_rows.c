@@ -469,7 +469,7 @@ static void check_plans(const plan_case *c, size_t n, const char *fast_only, con
 }
 
 /* RMSNorm's and LayerNorm's rows on the 16-byte grid of some lengths take the loop kernel on a
- * fast device, RMSNorm's of 4096 packs on every device (rows_loop.cuh; the policies' loop): two
+ * fast device, some on every device (rows_loop.cuh; the policies' loop): two
  * passes over x in passes of threads x 1, 2 or 4 packs. Those widths (float32 6144: a pass of
  * 512 x 4 packs that ends at the third) and widths beside them, many rows, in every dtype, on
  * any device; the plans of some of them, and of the same rows off the grid (the block kernel). */
@@ -491,20 +491,21 @@ Test(gpu_rows, loop_kernel_many_rows)
     /* on a fast device; elsewhere a loop plan is a block's */
     static const plan_case plans[] = {
         {ND_OP_RMSNORM, ND_FLOAT16, 4096, 0, "loop threads=256 packs=2"},
-        {ND_OP_RMSNORM, ND_FLOAT32, 4096, 0, "loop threads=512 packs=2"},
         {ND_OP_RMSNORM, ND_BFLOAT16, 16384, 0, "loop threads=512 packs=4"},
         {ND_OP_RMSNORM, ND_FLOAT32, 6144, 0, "loop threads=512 packs=4"},
         {ND_OP_RMSNORM, ND_BFLOAT16, 8192, 0, "loop threads=256 packs=4"},
         {ND_OP_RMSNORM, ND_FLOAT16, 10240, 0, "block "},
         {ND_OP_RMSNORM, ND_FLOAT16, 4096, 1, "block "},
         {ND_OP_RMSNORM, ND_FLOAT16, 2048, 0, "warp "},
-        {ND_OP_LAYERNORM, ND_FLOAT32, 8192, 0, "loop threads=512 packs=4"},
         {ND_OP_LAYERNORM, ND_FLOAT16, 8192, 0, "block "}};
     check_plans(plans, sizeof plans / sizeof plans[0], "loop", "block ");
-    /* RMSNorm's rows of 4096 packs on every device */
+    /* on every device: RMSNorm's rows of 4096 packs and float32 rows of 1024, LayerNorm's
+     * float32 rows of 2048 */
     static const plan_case anywhere[] = {
         {ND_OP_RMSNORM, ND_FLOAT16, 32768, 0, "loop threads=1024 packs=1"},
         {ND_OP_RMSNORM, ND_FLOAT32, 16384, 0, "loop threads=1024 packs=1"},
+        {ND_OP_RMSNORM, ND_FLOAT32, 4096, 0, "loop threads=512 packs=2"},
+        {ND_OP_LAYERNORM, ND_FLOAT32, 8192, 0, "loop threads=512 packs=4"},
         {ND_OP_RMSNORM, ND_BFLOAT16, 32760, 0, "block "}};
     check_plans(anywhere, sizeof anywhere / sizeof anywhere[0], NULL, NULL);
 }
