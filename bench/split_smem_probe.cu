@@ -1,6 +1,6 @@
 /*
- * split_smem_probe.cu - a design for rows longer than a block, measured here before it is built:
- * chunk blocks that hold their chunk of the row in shared memory, brought by the bulk-copy engine,
+ * split_smem_probe.cu - a design for rows longer than a block, measured and not built: chunk
+ * blocks that hold their chunk of the row in shared memory, brought by the bulk-copy engine,
  * instead of in registers.
  *
  * Why. The split kernel (kernels/rows_split.cuh) holds a chunk of 512 x 8 or 256 x 8 packs in
@@ -20,6 +20,16 @@
  *     publishes the block's sums as one 64-bit flag word (the workspace starts as all ones);
  *     warp 0 waits for the row's C words and folds them in a fixed order;
  *   - y written from shared memory with the parameters (read-only path), evict-first.
+ *
+ * H200, against the library's split kernel in the same process (% of the copy ceiling; every
+ * geometry and shape in bench/results/split_smem_h200.txt):
+ *                            library   best probe geometry (256 threads x 32 KB, 6 blocks an SM)
+ *   RMSNorm   float32 / float16   2048x65536   90.9 / 89.6   80.5 / 79.5
+ *                                 128x1048576  83.2 / 82.4   74.5 / 72.1
+ *   LayerNorm float32 / float16   2048x65536   87.2 / 86.3   77.2 / 75.4
+ *                                 128x1048576  77.4 / 78.9   68.9 / 69.0
+ * Larger chunks (up to 112 KB, 2-3 a row at 65536 columns, 2-4 blocks an SM) did no better than
+ * 32 KB x 6 at any shape: within the probe, neither more bytes an SM nor fewer waits a row paid.
  *
  * Prints, per op, dtype and shape: the copy ceiling (the faster of bench_gpu's copy kernel and
  * cudaMemcpyAsync), the library and each probe geometry (threads x KB a chunk, blocks an SM from
