@@ -7,6 +7,7 @@
 #define ND_BENCH_GPU_TIMING_CUH
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -190,6 +191,95 @@ static inline void time_ceiling(cudaStream_t s, int N, const std::vector<void *>
     *t_memcpy = time_graph(s, N, [&](int i) {
         CK(cudaMemcpyAsync(ys[i % k], xs[i % k], (size_t)xb, cudaMemcpyDeviceToDevice, s));
     });
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The probes' harness (loop_probe.cu, split_smem_probe.cu): rows x cols of T in rotated sets, the
+ * parameters, the copy ceiling, the library's output as the reference
+ * ------------------------------------------------------------------------------------------- */
+
+struct probe_case {
+    int64_t rows, cols, n; /* n = rows * cols elements of es bytes */
+    size_t es;
+    int k, N;                   /* k sets of x and y (kWorkingSet bytes moved over them, at most
+                                   64), N launches a graph (kGraphBytes moved at least) */
+    std::vector<void *> xs, ys; /* x uniform in [-2, 2) */
+    void *g, *b, *yref;         /* gamma in [0.5, 1.5), beta in [-0.5, 0.5), the reference */
+    cudaStream_t s;
+    double tc; /* the copy ceiling (us): the faster of the copy kernel and cudaMemcpyAsync */
+};
+
+template <class T> static probe_case probe_case_make(nd_dtype dt, int64_t rows, int64_t cols)
+{
+    probe_case c;
+    c.rows = rows;
+    c.cols = cols;
+    c.n = rows * cols;
+    c.es = sizeof(T);
+    const double xb = (double)c.n * c.es, moved = 2 * xb;
+    c.k = (int)std::min(64.0, std::max(1.0, std::ceil(kWorkingSet / moved)));
+    c.N = std::max(3, (int)std::min(2000.0, std::max((double)c.k, std::ceil(kGraphBytes / moved))));
+    c.xs.resize(c.k);
+    c.ys.resize(c.k);
+    for (int i = 0; i < c.k; i++) {
+        CK(cudaMalloc(&c.xs[i], (size_t)c.n * c.es));
+        CK(cudaMalloc(&c.ys[i], (size_t)c.n * c.es));
+        fill(dt, c.xs[i], c.n, 1234 + i, -2.0f, 2.0f);
+    }
+    CK(cudaMalloc(&c.g, cols * c.es));
+    CK(cudaMalloc(&c.b, cols * c.es));
+    CK(cudaMalloc(&c.yref, (size_t)c.n * c.es));
+    fill(dt, c.g, cols, 99, 0.5f, 1.5f);
+    fill(dt, c.b, cols, 98, -0.5f, 0.5f);
+    CK(cudaStreamCreateWithFlags(&c.s, cudaStreamNonBlocking));
+    double tk, tm;
+    time_ceiling(c.s, c.N, c.xs, c.ys, xb, &tk, &tm);
+    c.tc = std::min(tk, tm);
+    return c;
+}
+
+static inline void probe_case_free(probe_case &c)
+{
+    for (int i = 0; i < c.k; i++) {
+        CK(cudaFree(c.xs[i]));
+        CK(cudaFree(c.ys[i]));
+    }
+    for (void *p : {c.g, c.b, c.yref})
+        CK(cudaFree(p));
+    CK(cudaStreamDestroy(c.s));
+}
+
+/* The library's RMSNorm (op 0) or LayerNorm (op 1, beta c.b) of c.rows rows from x into y, on c's
+ * stream. */
+static inline void probe_lib_norm(const probe_case &c, nd_dtype dt, int op, float eps, void *x,
+                                  void *y)
+{
+    nd_norm_args a = {dt, c.rows, c.cols, x, y, c.g, op == 1 ? c.b : NULL, eps, NULL, NULL};
+    nd_error err;
+    if ((op == 1 ? nd_cuda_layernorm(&a, c.s, &err) : nd_cuda_rmsnorm(&a, c.s, &err)) != ND_OK) {
+        fprintf(stderr, "library: %s\n", err.msg);
+        exit(1);
+    }
+}
+
+/* y (poisoned, then written by launch(c.xs[0], c.ys[0])) against c.yref: the largest difference
+ * over three stretches of 1M elements (the start, the middle, the end; a NaN counts as inf). */
+template <class T, class F> static double probe_max_diff(const probe_case &c, F launch)
+{
+    CK(cudaMemsetAsync(c.ys[0], 0xff, (size_t)c.n * c.es, c.s)); /* poison */
+    launch(c.xs[0], c.ys[0]);
+    CK(cudaStreamSynchronize(c.s));
+    std::vector<T> a1(1 << 20), a2(1 << 20);
+    double md = 0;
+    for (int64_t off : {(int64_t)0, c.n / 2, c.n - ((int64_t)1 << 20)}) {
+        CK(cudaMemcpy(a1.data(), (T *)c.ys[0] + off, a1.size() * c.es, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(a2.data(), (T *)c.yref + off, a2.size() * c.es, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < a1.size(); i++) {
+            const double d = fabs((double)(float)a1[i] - (double)(float)a2[i]);
+            md = std::max(md, d == d ? d : INFINITY);
+        }
+    }
+    return md;
 }
 
 #endif /* ND_BENCH_GPU_TIMING_CUH */

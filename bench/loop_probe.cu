@@ -280,74 +280,29 @@ template <class T, int OP> static std::vector<variant> variants()
 template <class T> static void run(int op, long cols, nd_dtype dt)
 {
     const long rows = 49152;
-    const size_t es = sizeof(T);
-    const long n = rows * cols, P = cols * (long)es / 16;
-    const double xb = (double)n * es, moved = 2 * xb;
-    const int k = (int)std::min(64.0, std::max(1.0, std::ceil(kWorkingSet / moved)));
-    const int N = std::max(3, (int)std::min(2000.0, std::max((double)k, std::ceil(kGraphBytes / moved))));
-    std::vector<void *> xs(k), ys(k);
-    for (int i = 0; i < k; i++) {
-        CK(cudaMalloc(&xs[i], (size_t)n * es));
-        CK(cudaMalloc(&ys[i], (size_t)n * es));
-        fill(dt, xs[i], n, 1234 + i, -2.0f, 2.0f);
-    }
-    void *g, *b, *yref;
-    CK(cudaMalloc(&g, cols * es));
-    CK(cudaMalloc(&b, cols * es));
-    CK(cudaMalloc(&yref, (size_t)n * es));
-    fill(dt, g, cols, 99, 0.5f, 1.5f);
-    fill(dt, b, cols, 98, -0.5f, 0.5f);
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const long P = cols * (long)sizeof(T) / 16;
+    probe_case c = probe_case_make<T>(dt, rows, cols);
     const float eps = op == 1 ? 1e-5f : 1e-6f;
-    double tk, tm;
-    time_ceiling(s, N, xs, ys, xb, &tk, &tm);
-    const double tc = std::min(tk, tm);
-    auto lib = [&](void *x, void *y) {
-        nd_norm_args a = {dt, rows, cols, x, y, g, op == 1 ? b : NULL, eps, NULL, NULL};
-        nd_error err;
-        if ((op == 1 ? nd_cuda_layernorm(&a, s, &err) : nd_cuda_rmsnorm(&a, s, &err)) != ND_OK) {
-            fprintf(stderr, "library: %s\n", err.msg);
-            exit(1);
-        }
-    };
-    const double tl = time_graph(s, N, [&](int i) { lib(xs[i % k], ys[i % k]); });
+    const double tl = time_graph(c.s, c.N, [&](int i) {
+        probe_lib_norm(c, dt, op, eps, c.xs[i % c.k], c.ys[i % c.k]);
+    });
     printf("%-9s %-8s 49152x%-6ld ceil %7.1f us  lib %5.1f%%", op == 1 ? "layernorm" : "rmsnorm",
-           nd_dtype_name(dt), cols, tc, 100.0 * tc / tl);
-    lib(xs[0], yref);
-    std::vector<T> a1(1 << 20), a2(1 << 20);
+           nd_dtype_name(dt), cols, c.tc, 100.0 * c.tc / tl);
+    probe_lib_norm(c, dt, op, eps, c.xs[0], c.yref);
     std::vector<variant> vs = op == 1 ? short_for<T, 1>(P) : short_for<T, 0>(P);
     if (cols >= 1024) {
         const std::vector<variant> lv = op == 1 ? variants<T, 1>() : variants<T, 0>();
         vs.insert(vs.end(), lv.begin(), lv.end());
     }
     for (const variant &v : vs) {
-        const double t = time_graph(s, N, [&](int i) {
-            v.launch(xs[i % k], ys[i % k], g, b, rows, P, cols, eps, s);
-        });
-        CK(cudaMemsetAsync(ys[0], 0xff, (size_t)n * es, s)); /* poison */
-        v.launch(xs[0], ys[0], g, b, rows, P, cols, eps, s);
-        CK(cudaStreamSynchronize(s));
-        double md = 0;
-        for (long off : {0L, n / 2, n - (1L << 20)}) {
-            CK(cudaMemcpy(a1.data(), (T *)ys[0] + off, a1.size() * es, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(a2.data(), (T *)yref + off, a2.size() * es, cudaMemcpyDeviceToHost));
-            for (size_t i = 0; i < a1.size(); i++) {
-                const double d = fabs((double)(float)a1[i] - (double)(float)a2[i]);
-                md = std::max(md, d == d ? d : INFINITY);
-            }
-        }
-        printf(" | %s %5.1f%% (%.2g)", v.name, 100.0 * tc / t, md);
+        auto launch = [&](void *x, void *y) { v.launch(x, y, c.g, c.b, rows, P, cols, eps, c.s); };
+        const double t = time_graph(c.s, c.N, [&](int i) { launch(c.xs[i % c.k], c.ys[i % c.k]); });
+        const double md = probe_max_diff<T>(c, launch);
+        printf(" | %s %5.1f%% (%.2g)", v.name, 100.0 * c.tc / t, md);
         fflush(stdout);
     }
     printf("\n");
-    for (int i = 0; i < k; i++) {
-        CK(cudaFree(xs[i]));
-        CK(cudaFree(ys[i]));
-    }
-    for (void *p : {g, b, yref})
-        CK(cudaFree(p));
-    CK(cudaStreamDestroy(s));
+    probe_case_free(c);
 }
 
 int main(int argc, char **argv)

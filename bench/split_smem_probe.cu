@@ -50,17 +50,6 @@
 
 constexpr int MAXPC = 8; /* pieces (bulk copies, mbarriers) a chunk at most */
 
-__device__ __forceinline__ void st_word(unsigned long long *p, unsigned long long v)
-{
-    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ unsigned long long ld_word(const unsigned long long *p)
-{
-    unsigned long long v;
-    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-
 /* OP 0: RMSNorm, y = x * rsqrt(mean(x^2) + eps) * g; OP 1: LayerNorm, (x - mean) * rstd * g + b.
  * CP packs a chunk (shared memory: CP * 16 bytes), NPC pieces. */
 template <class T, int OP, int TH>
@@ -140,13 +129,11 @@ smem_chunk(const uint4 *__restrict__ x, uint4 *__restrict__ y, const uint4 *__re
         }
         unsigned long long *sl = slots + row * C;
         if (lane == 0)
-            st_word(sl + chunk, (unsigned long long)__float_as_uint(s) << 32 | __float_as_uint(q));
+            nd_split_store(sl + chunk, (unsigned long long)__float_as_uint(s) << 32 | __float_as_uint(q));
         /* lane l folds chunks l, l + 32, ... in order, then a shuffle tree in lane order */
         float as = 0.0f, aq = 0.0f;
         for (int c = lane; c < C; c += 32) {
-            unsigned long long w;
-            while ((w = ld_word(sl + c)) == ~0ull) {
-            }
+            const unsigned long long w = nd_split_wait(sl + c);
             as += __uint_as_float((unsigned)(w >> 32));
             aq += __uint_as_float((unsigned)w);
         }
@@ -211,45 +198,18 @@ template <class T, int OP, int TH> struct launcher {
 template <class T, int OP> static void run(long cols, nd_dtype dt)
 {
     const long rows = (1L << 27) / cols;
-    const size_t es = sizeof(T);
-    const long n = rows * cols, P = cols * (long)es / 16;
-    const double xb = (double)n * es, moved = 2 * xb;
-    const int k = (int)std::min(64.0, std::max(1.0, std::ceil(kWorkingSet / moved)));
-    const int N = std::max(3, (int)std::min(2000.0, std::max((double)k, std::ceil(kGraphBytes / moved))));
-    std::vector<void *> xs(k), ys(k);
-    for (int i = 0; i < k; i++) {
-        CK(cudaMalloc(&xs[i], (size_t)n * es));
-        CK(cudaMalloc(&ys[i], (size_t)n * es));
-        fill(dt, xs[i], n, 1234 + i, -2.0f, 2.0f);
-    }
-    void *g, *b, *yref;
-    CK(cudaMalloc(&g, cols * es));
-    CK(cudaMalloc(&b, cols * es));
-    CK(cudaMalloc(&yref, (size_t)n * es));
-    fill(dt, g, cols, 99, 0.5f, 1.5f);
-    fill(dt, b, cols, 98, -0.5f, 0.5f);
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const long P = cols * (long)sizeof(T) / 16;
+    probe_case c = probe_case_make<T>(dt, rows, cols);
     const float eps = OP == 1 ? 1e-5f : 1e-6f;
-    double tk, tm;
-    time_ceiling(s, N, xs, ys, xb, &tk, &tm);
-    const double tc = std::min(tk, tm);
-    auto lib = [&](void *x, void *y) {
-        nd_norm_args a = {dt, rows, cols, x, y, g, OP == 1 ? b : NULL, eps, NULL, NULL};
-        nd_error err;
-        if ((OP == 1 ? nd_cuda_layernorm(&a, s, &err) : nd_cuda_rmsnorm(&a, s, &err)) != ND_OK) {
-            fprintf(stderr, "library: %s\n", err.msg);
-            exit(1);
-        }
-    };
-    const double tl = time_graph(s, N, [&](int i) { lib(xs[i % k], ys[i % k]); });
+    const double tl = time_graph(c.s, c.N, [&](int i) {
+        probe_lib_norm(c, dt, OP, eps, c.xs[i % c.k], c.ys[i % c.k]);
+    });
     printf("%-9s %-8s %ldx%-8ld ceil %8.1f us  lib %5.1f%%", OP == 1 ? "layernorm" : "rmsnorm",
-           nd_dtype_name(dt), rows, cols, tc, 100.0 * tc / tl);
-    lib(xs[0], yref);
+           nd_dtype_name(dt), rows, cols, c.tc, 100.0 * c.tc / tl);
+    probe_lib_norm(c, dt, OP, eps, c.xs[0], c.yref);
     int dev = 0, nsm = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
-    std::vector<T> a1(1 << 20), a2(1 << 20);
     for (geom gm : {geom{256, 32}, geom{512, 48}, geom{512, 64}, geom{512, 72}, geom{512, 96},
                     geom{512, 112}, geom{1024, 112}}) {
         const int CP = gm.kb * 1024 / 16, C = (int)((P + CP - 1) / CP);
@@ -275,33 +235,17 @@ template <class T, int OP> static void run(long cols, nd_dtype dt)
         const size_t wsb = 16 + (size_t)rows * C * 8;
         void *ws;
         CK(cudaMalloc(&ws, wsb));
-        const double t = time_graph(s, N, [&](int i) {
-            launch(xs[i % k], ys[i % k], g, b, rows, P, C, CP, ws, wsb, eps, cols, s);
-        });
-        CK(cudaMemsetAsync(ys[0], 0xff, (size_t)n * es, s)); /* poison */
-        launch(xs[0], ys[0], g, b, rows, P, C, CP, ws, wsb, eps, cols, s);
-        CK(cudaStreamSynchronize(s));
-        double md = 0;
-        for (long off : {0L, n / 2, n - (1L << 20)}) {
-            CK(cudaMemcpy(a1.data(), (T *)ys[0] + off, a1.size() * es, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(a2.data(), (T *)yref + off, a2.size() * es, cudaMemcpyDeviceToHost));
-            for (size_t i = 0; i < a1.size(); i++) {
-                const double d = fabs((double)(float)a1[i] - (double)(float)a2[i]);
-                md = std::max(md, d == d ? d : INFINITY);
-            }
-        }
-        printf(" %5.1f%% (%.2g)", 100.0 * tc / t, md);
+        auto go = [&](void *x, void *y) {
+            launch(x, y, c.g, c.b, rows, P, C, CP, ws, wsb, eps, cols, c.s);
+        };
+        const double t = time_graph(c.s, c.N, [&](int i) { go(c.xs[i % c.k], c.ys[i % c.k]); });
+        const double md = probe_max_diff<T>(c, go);
+        printf(" %5.1f%% (%.2g)", 100.0 * c.tc / t, md);
         fflush(stdout);
         CK(cudaFree(ws));
     }
     printf("\n");
-    for (int i = 0; i < k; i++) {
-        CK(cudaFree(xs[i]));
-        CK(cudaFree(ys[i]));
-    }
-    for (void *p : {g, b, yref})
-        CK(cudaFree(p));
-    CK(cudaStreamDestroy(s));
+    probe_case_free(c);
 }
 
 int main(int argc, char **argv)
