@@ -248,7 +248,10 @@ struct nd_layernorm_policy : nd_norm_policy {
      * 0.99 -> 1.00 (bench/results/rms_loop_h100.txt, loop_every_h100.txt). Every other width
      * measured lost, RMSNorm's geometries at 2048-32768 columns: float32 2048-6144 0.1-20
      * points, 16384 16; 16-bit 4096-32768 16-30 (5120 and 6144 within 0.3); at 1536 threads an
-     * SM (40 registers) as much or more. */
+     * SM (40 registers) as much or more. Not measured in the library: float32 4096 (1024 packs)
+     * at 256 x 4 rather than RMSNorm's 512 x 2, which bench/loop_probe.cu's loop ran at 99.9 /
+     * 100.8% of the copy ceiling where the block kernel ran 96.0 / 97.2 (H200, two runs,
+     * bench/results/loop_probe_h200.txt). */
     static constexpr int loop(int elem_bytes, int64_t packs, bool fast)
     {
         const bool take = ND_LN_LOOP == 2 ? fast && (packs == 512 || packs == 1024 ||
