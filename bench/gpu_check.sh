@@ -31,8 +31,11 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,temperature.gpu,po
 tests=${TESTS:-$(cd "$BIN/tests" && ls gpu_* 2>/dev/null | grep -v '\.d$')}
 for t in $tests; do
     echo "== $t"
-    timeout "${TEST_TIMEOUT:-300}" "$BIN/tests/$t" --jobs 1 > "$OUT/$t.log" 2>&1
+    timeout "${TEST_TIMEOUT:-300}" "$BIN/tests/$t" --jobs 1 --xml="$OUT/$t.xml" > "$OUT/$t.log" 2>&1
     echo "$t rc=$?"; tail -3 "$OUT/$t.log"
+    # the slowest tests (Criterion's JUnit report): where a call's device time goes
+    grep -o 'testcase name="[^"]*"[^>]* time="[0-9.]*"' "$OUT/$t.xml" 2>/dev/null |
+        sed -E 's/testcase name="([^"]*)".* time="([0-9.]*)"/\2 s  \1/' | sort -rn | head -5
 done
 # The daemon end to end on the GPU: the integration suite against --backend cuda.
 if [ -z "${TESTS:-}" ] && [ -x "$BIN/tests/it_server" ] && [ -x "$BIN/normd" ]; then
