@@ -101,6 +101,12 @@
 #ifndef ND_LN_LOOP
 #define ND_LN_LOOP 1
 #endif
+/* float32 rows of 1024 packs (4096 columns) on a fast device in the loop kernel, this many threads
+ * (256, 512 or 1024) taking the row in one pass, for A/B runs (0: the block kernel;
+ * nd_layernorm_policy::loop says what is measured) */
+#ifndef ND_LN_LOOP32_1024_THREADS
+#define ND_LN_LOOP32_1024_THREADS 0
+#endif
 
 /* nd_layernorm_policy::lean: 1 as measured; 0 none (A/B runs); 2 the fast device's rows on
  * every device (A/B runs). ND_LN_LEAN_P<n>: the geometry (nd_lean_code(lanes a row, rows a
@@ -251,13 +257,18 @@ struct nd_layernorm_policy : nd_norm_policy {
      * SM (40 registers) as much or more. Not measured in the library: float32 4096 (1024 packs)
      * at 256 x 4 rather than RMSNorm's 512 x 2, which bench/loop_probe.cu's loop ran at 99.9 /
      * 100.8% of the copy ceiling where the block kernel ran 96.0 / 97.2 (H200, two runs,
-     * bench/results/loop_probe_h200.txt). */
+     * bench/results/loop_probe_h200.txt); -DND_LN_LOOP32_1024_THREADS=256 gives it to a fast
+     * device. */
     static constexpr int loop(int elem_bytes, int64_t packs, bool fast)
     {
         const bool take = ND_LN_LOOP == 2 ? fast && (packs == 512 || packs == 1024 ||
                                                      packs == 1280 || packs == 1536 ||
                                                      packs == 2048 || packs == 4096)
                                           : ND_LN_LOOP == 1 && elem_bytes == 4 && packs == 2048;
+        constexpr int T = ND_LN_LOOP32_1024_THREADS;
+        static_assert(T == 0 || T == 256 || T == 512 || T == 1024, "a loop geometry of one pass");
+        if (ND_LN_LOOP == 1 && T && fast && elem_bytes == 4 && packs == 1024)
+            return nd_loop_code(T, T ? 1024 / T : 1);
         return take ? nd_loop_geometry(packs) : 0;
     }
     /* 16-bit rows on the grid of 128, 256, 512 and 1024 columns (16, 32, 64, 128 packs) take
