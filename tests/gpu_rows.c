@@ -469,10 +469,10 @@ static void check_plans(const plan_case *c, size_t n, const char *fast_only, con
 }
 
 /* RMSNorm's and LayerNorm's rows on the 16-byte grid of some lengths take the loop kernel on a
- * fast device, some on every device (rows_loop.cuh; the policies' loop): two
- * passes over x in passes of threads x 1, 2 or 4 packs. Those widths (float32 6144: a pass of
- * 512 x 4 packs that ends at the third) and widths beside them, many rows, in every dtype, on
- * any device; the plans of some of them, and of the same rows off the grid (the block kernel). */
+ * fast device, some of them on every device (rows_loop.cuh; the policies' loop): two passes over
+ * x in passes of threads x 1, 2 or 4 packs. Those widths (float32 6144: a pass of 512 x 4 packs
+ * that ends at the third) and widths beside them, many rows, in every dtype, on any device; the
+ * plans of some of them, and of the same rows off the grid (the block kernel). */
 Test(gpu_rows, loop_kernel_many_rows)
 {
     need_device();
