@@ -42,8 +42,6 @@
  * Usage: split_smem_probe [cols ...]   (default 65536 262144 1048576; rows: 2^27 / cols)
  */
 #include <cmath>
-#include <cstring>
-#include <string>
 
 #include "gpu_timing.cuh"
 #include "../kernels/cuda_common.cuh"
