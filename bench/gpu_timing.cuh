@@ -199,8 +199,7 @@ static inline void time_ceiling(cudaStream_t s, int N, const std::vector<void *>
  * ------------------------------------------------------------------------------------------- */
 
 struct probe_case {
-    int64_t rows, cols, n; /* n = rows * cols elements of es bytes */
-    size_t es;
+    int64_t rows, cols, n; /* n = rows * cols elements */
     int k, N;                   /* k sets of x and y (kWorkingSet bytes moved over them, at most
                                    64), N launches a graph (kGraphBytes moved at least) */
     std::vector<void *> xs, ys; /* x uniform in [-2, 2) */
@@ -215,20 +214,20 @@ template <class T> static probe_case probe_case_make(nd_dtype dt, int64_t rows, 
     c.rows = rows;
     c.cols = cols;
     c.n = rows * cols;
-    c.es = sizeof(T);
-    const double xb = (double)c.n * c.es, moved = 2 * xb;
+    const size_t es = sizeof(T);
+    const double xb = (double)c.n * es, moved = 2 * xb;
     c.k = (int)std::min(64.0, std::max(1.0, std::ceil(kWorkingSet / moved)));
     c.N = std::max(3, (int)std::min(2000.0, std::max((double)c.k, std::ceil(kGraphBytes / moved))));
     c.xs.resize(c.k);
     c.ys.resize(c.k);
     for (int i = 0; i < c.k; i++) {
-        CK(cudaMalloc(&c.xs[i], (size_t)c.n * c.es));
-        CK(cudaMalloc(&c.ys[i], (size_t)c.n * c.es));
+        CK(cudaMalloc(&c.xs[i], (size_t)c.n * es));
+        CK(cudaMalloc(&c.ys[i], (size_t)c.n * es));
         fill(dt, c.xs[i], c.n, 1234 + i, -2.0f, 2.0f);
     }
-    CK(cudaMalloc(&c.g, cols * c.es));
-    CK(cudaMalloc(&c.b, cols * c.es));
-    CK(cudaMalloc(&c.yref, (size_t)c.n * c.es));
+    CK(cudaMalloc(&c.g, cols * es));
+    CK(cudaMalloc(&c.b, cols * es));
+    CK(cudaMalloc(&c.yref, (size_t)c.n * es));
     fill(dt, c.g, cols, 99, 0.5f, 1.5f);
     fill(dt, c.b, cols, 98, -0.5f, 0.5f);
     CK(cudaStreamCreateWithFlags(&c.s, cudaStreamNonBlocking));
@@ -262,18 +261,29 @@ static inline void probe_lib_norm(const probe_case &c, nd_dtype dt, int op, floa
     }
 }
 
+/* The library's time (us a launch) over c's rotated sets, as a probe variant's is timed; then its
+ * output of c.xs[0] in c.yref, the reference for probe_max_diff. */
+static inline double probe_lib_time(const probe_case &c, nd_dtype dt, int op, float eps)
+{
+    const double t = time_graph(c.s, c.N, [&](int i) {
+        probe_lib_norm(c, dt, op, eps, c.xs[i % c.k], c.ys[i % c.k]);
+    });
+    probe_lib_norm(c, dt, op, eps, c.xs[0], c.yref);
+    return t;
+}
+
 /* y (poisoned, then written by launch(c.xs[0], c.ys[0])) against c.yref: the largest difference
  * over three stretches of 1M elements (the start, the middle, the end; a NaN counts as inf). */
 template <class T, class F> static double probe_max_diff(const probe_case &c, F launch)
 {
-    CK(cudaMemsetAsync(c.ys[0], 0xff, (size_t)c.n * c.es, c.s)); /* poison */
+    CK(cudaMemsetAsync(c.ys[0], 0xff, (size_t)c.n * sizeof(T), c.s)); /* poison */
     launch(c.xs[0], c.ys[0]);
     CK(cudaStreamSynchronize(c.s));
     std::vector<T> a1(1 << 20), a2(1 << 20);
     double md = 0;
     for (int64_t off : {(int64_t)0, c.n / 2, c.n - ((int64_t)1 << 20)}) {
-        CK(cudaMemcpy(a1.data(), (T *)c.ys[0] + off, a1.size() * c.es, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(a2.data(), (T *)c.yref + off, a2.size() * c.es, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(a1.data(), (T *)c.ys[0] + off, a1.size() * sizeof(T), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(a2.data(), (T *)c.yref + off, a2.size() * sizeof(T), cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < a1.size(); i++) {
             const double d = fabs((double)(float)a1[i] - (double)(float)a2[i]);
             md = std::max(md, d == d ? d : INFINITY);

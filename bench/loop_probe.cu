@@ -283,12 +283,9 @@ template <class T> static void run(int op, long cols, nd_dtype dt)
     const long P = cols * (long)sizeof(T) / 16;
     probe_case c = probe_case_make<T>(dt, rows, cols);
     const float eps = op == 1 ? 1e-5f : 1e-6f;
-    const double tl = time_graph(c.s, c.N, [&](int i) {
-        probe_lib_norm(c, dt, op, eps, c.xs[i % c.k], c.ys[i % c.k]);
-    });
+    const double tl = probe_lib_time(c, dt, op, eps);
     printf("%-9s %-8s 49152x%-6ld ceil %7.1f us  lib %5.1f%%", op == 1 ? "layernorm" : "rmsnorm",
            nd_dtype_name(dt), cols, c.tc, 100.0 * c.tc / tl);
-    probe_lib_norm(c, dt, op, eps, c.xs[0], c.yref);
     std::vector<variant> vs = op == 1 ? short_for<T, 1>(P) : short_for<T, 0>(P);
     if (cols >= 1024) {
         const std::vector<variant> lv = op == 1 ? variants<T, 1>() : variants<T, 0>();

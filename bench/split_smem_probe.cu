@@ -199,12 +199,9 @@ template <class T, int OP> static void run(long cols, nd_dtype dt)
     const long P = cols * (long)sizeof(T) / 16;
     probe_case c = probe_case_make<T>(dt, rows, cols);
     const float eps = OP == 1 ? 1e-5f : 1e-6f;
-    const double tl = time_graph(c.s, c.N, [&](int i) {
-        probe_lib_norm(c, dt, OP, eps, c.xs[i % c.k], c.ys[i % c.k]);
-    });
+    const double tl = probe_lib_time(c, dt, OP, eps);
     printf("%-9s %-8s %ldx%-8ld ceil %8.1f us  lib %5.1f%%", OP == 1 ? "layernorm" : "rmsnorm",
            nd_dtype_name(dt), rows, cols, c.tc, 100.0 * c.tc / tl);
-    probe_lib_norm(c, dt, OP, eps, c.xs[0], c.yref);
     int dev = 0, nsm = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
