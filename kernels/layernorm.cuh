@@ -265,10 +265,12 @@ struct nd_layernorm_policy : nd_norm_policy {
                                                      packs == 1280 || packs == 1536 ||
                                                      packs == 2048 || packs == 4096)
                                           : ND_LN_LOOP == 1 && elem_bytes == 4 && packs == 2048;
+#if ND_LN_LOOP32_1024_THREADS
         constexpr int T = ND_LN_LOOP32_1024_THREADS;
-        static_assert(T == 0 || T == 256 || T == 512 || T == 1024, "a loop geometry of one pass");
-        if (ND_LN_LOOP == 1 && T && fast && elem_bytes == 4 && packs == 1024)
-            return nd_loop_code(T, T ? 1024 / T : 1);
+        static_assert(T == 256 || T == 512 || T == 1024, "a loop geometry of one pass");
+        if (ND_LN_LOOP == 1 && fast && elem_bytes == 4 && packs == 1024)
+            return nd_loop_code(T, 1024 / T);
+#endif
         return take ? nd_loop_geometry(packs) : 0;
     }
     /* 16-bit rows on the grid of 128, 256, 512 and 1024 columns (16, 32, 64, 128 packs) take
