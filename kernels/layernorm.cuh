@@ -258,7 +258,8 @@ struct nd_layernorm_policy : nd_norm_policy {
      * at 256 x 4 rather than RMSNorm's 512 x 2, which bench/loop_probe.cu's loop ran at 99.9 /
      * 100.8% of the copy ceiling where the block kernel ran 96.0 / 97.2 (H200, two runs,
      * bench/results/loop_probe_h200.txt); -DND_LN_LOOP32_1024_THREADS=256 gives it to a fast
-     * device. */
+     * device. On an H100 (with ND_ROWS_LOOP_EVERY, three alternating rounds) it lost, 99.1 ->
+     * 98.8 (bench/results/loop256_h100.txt). */
     static constexpr int loop(int elem_bytes, int64_t packs, bool fast)
     {
         const bool take = ND_LN_LOOP == 2 ? fast && (packs == 512 || packs == 1024 ||

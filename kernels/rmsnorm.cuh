@@ -21,6 +21,13 @@
 #ifndef ND_RMS_LOOP16_1024 /* the loop geometry for 16-bit rows of 1024 packs (0: the block kernel) */
 #define ND_RMS_LOOP16_1024 nd_loop_code(256, 4)
 #endif
+/* the loop geometry for float32 rows of 1024 packs (4096 columns) on a fast device, as a number
+ * (nd_loop_code: threads * 8 + packs, e.g. 2052 for 256 x 4; A/B runs); 0: nd_loop_geometry's.
+ * 256 x 4 on an H100 (with ND_ROWS_LOOP_EVERY, three alternating rounds): 99.7 -> 98.2% of the
+ * copy ceiling against 512 x 2 (bench/results/loop256_h100.txt); not measured on an H200. */
+#ifndef ND_RMS_LOOP32_1024
+#define ND_RMS_LOOP32_1024 0
+#endif
 
 #ifndef ND_RMS_SUB_FULL16 /* nd_rmsnorm_policy::sub_full(2) */
 #define ND_RMS_SUB_FULL16 16
@@ -120,6 +127,8 @@ struct nd_rmsnorm_policy : nd_norm_policy {
                            (elem_bytes == 4 && (packs == 1024 || packs == 1536)));
         if (ND_RMS_LOOP && fast && elem_bytes == 2 && packs == 1024 && ND_RMS_LOOP16_1024)
             return ND_RMS_LOOP16_1024;
+        if (ND_RMS_LOOP && fast && elem_bytes == 4 && packs == 1024 && ND_RMS_LOOP32_1024)
+            return ND_RMS_LOOP32_1024;
         return take ? nd_loop_geometry(packs) : 0;
     }
     /* The fitted warp geometries (ND_ROWS_WARP_FIT) of 16-bit rows in lanes of 3 packs (48 and 96
