@@ -161,12 +161,16 @@ constexpr int nd_lean_lanes(int code) { return code / 4096; }
 #ifndef ND_ROWS_LEAN_TRY
 #define ND_ROWS_LEAN_TRY(e, p) 0
 #endif
+/* 1: ND_ROWS_LEAN_TRY's geometries on every device, not only a fast one (A/B runs on an H100) */
+#ifndef ND_ROWS_LEAN_TRY_EVERY
+#define ND_ROWS_LEAN_TRY_EVERY 0
+#endif
 
 /* the geometry for rows of `packs` packs: the policy's, or an A/B run's (ND_ROWS_LEAN_TRY) */
 template <class Pol> constexpr int nd_rows_lean_code(int elem_bytes, int64_t packs, bool fast)
 {
     const int c = Pol::lean(elem_bytes, packs, fast);
-    return c || !fast ? c : ND_ROWS_LEAN_TRY(elem_bytes, packs);
+    return c || (!fast && !ND_ROWS_LEAN_TRY_EVERY) ? c : ND_ROWS_LEAN_TRY(elem_bytes, packs);
 }
 
 /* Whether some row of T of W x (PK - 1) + 1 .. W x PK packs takes the lean geometry `code` of W

@@ -546,7 +546,7 @@ Test(gpu_rows, lean_kernel_many_rows)
     need_device();
     static const nd_op ops[] = {ND_OP_LAYERNORM, ND_OP_SOFTMAX, ND_OP_LOG_SOFTMAX, ND_OP_RMSNORM};
     static const nd_dtype dts[] = {ND_FLOAT16, ND_BFLOAT16, ND_FLOAT32};
-    static const int64_t widths[] = {128, 256, 512, 768, 1024};
+    static const int64_t widths[] = {128, 256, 512, 640, 768, 1024};
     static const int64_t rows[] = {1, 2, 3, 9, 41, 301};
     uint64_t rng = 0x6300;
     for (int o = 0; o < 4; o++)
@@ -578,6 +578,16 @@ Test(gpu_rows, lean_kernel_many_rows)
         {ND_OP_LAYERNORM, ND_FLOAT16, 768, 0, NULL},
         {ND_OP_RMSNORM, ND_FLOAT16, 256, 0, NULL}};
     check_plans(plans, sizeof plans / sizeof plans[0], "lean", NULL);
+    /* LayerNorm's 16-bit 640 columns on a device not of the fast class only */
+    static const plan_case slow[] = {
+        {ND_OP_LAYERNORM, ND_FLOAT16, 640, 0, "lean W=32 packs=3 R=2 warps=1 "},
+        {ND_OP_LAYERNORM, ND_BFLOAT16, 640, 0, "lean W=32 packs=3 R=2 warps=1 "}};
+    static const plan_case not_fast[] = {{ND_OP_LAYERNORM, ND_FLOAT16, 640, 0, NULL},
+                                         {ND_OP_LAYERNORM, ND_BFLOAT16, 640, 0, NULL}};
+    if (fast_device())
+        check_plans(not_fast, 2, "lean", NULL);
+    else
+        check_plans(slow, 2, NULL, NULL);
 }
 
 /* ---------------------------------------------------------------------------------------------
