@@ -24,7 +24,7 @@
  * NW) are the op's policy's lean(element bytes, packs, fast), measured per op: LayerNorm's
  * 16-bit rows of 128-1024 columns (+1.6 to +6.6 points of the copy ceiling), softmax's of 512
  * and 1024 and log_softmax's of 1024 (+1 to +1.8) take it on an H200; LayerNorm's of 128 and
- * 256 columns on an H100 too (+0.4 to +2.3).
+ * 256 columns on an H100 too (+0.4 to +2.3), and of 640 on an H100 only (+0.4 to +0.7).
  *
  * Tried first (H200, two alternating rounds, % of the same-run copy ceiling): the op's stream
  * statistics (Op::stream_stats, ctx.for_each over the registers), one call a row. nvcc ran the
