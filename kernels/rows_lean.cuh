@@ -45,6 +45,18 @@
 /* the most packs a lane holds of a row: rows of up to W x this many packs */
 #define ND_ROWS_LEAN_MAX_PK 4
 
+/* Warps an SM the lean kernel's launch bounds ask for (0: none, as measured; A/B runs). Blocks of
+ * one warp stop at 32 an SM (50% occupancy), the hardware's block limit; blocks of NW warps at
+ * nvcc's own register count (57 for LayerNorm bfloat16 256 columns, bench/results/
+ * ncu_ln_bf16_h100.txt) stop at about 35 warps. Asking for more caps the registers, so blocks of
+ * 2 warps can hold more warps an SM than either (for NW = 1 a bound past 32 blocks is no bound).
+ * nvcc 13, -Xptxas -v, LayerNorm 16-bit 256 columns in 16 lanes x 2 rows x 2 warps: 40 warps an
+ * SM, 48 registers, no spill (42 warps resident); 48 warps, 40 registers, 44-48 bytes spilled.
+ * Not yet measured on a GPU. */
+#ifndef ND_ROWS_LEAN_MIN_WARPS
+#define ND_ROWS_LEAN_MIN_WARPS 0
+#endif
+
 /* The register kernels' context (Op::stats) of the lean kernel: a group of W lanes over rows on
  * the 16-byte grid in whole packs, lane gl of the group holding packs gl, gl + W, ... (PK at
  * most) of each of its rows. */
@@ -75,8 +87,8 @@ template <int W, int PK, int VEC> struct nd_lean_ctx {
 /* Groups of W lanes a row (32 / W groups a warp), R rows a group, NW warps a block: a group's
  * rows are r0 + r * (32 / W), r < R, the warp's groups taking consecutive rows. */
 template <class Op, class T, int VEC, int W, int PK, int R, int NW>
-__global__ void __launch_bounds__(32 * NW) nd_rows_lean_kernel(nd_rows_args<T> a,
-                                                                typename Op::Params prm)
+__global__ void __launch_bounds__(32 * NW, ND_ROWS_LEAN_MIN_WARPS / NW)
+    nd_rows_lean_kernel(nd_rows_args<T> a, typename Op::Params prm)
 {
     constexpr int GPW = 32 / W; /* groups a warp */
     constexpr int N = PK * VEC; /* elements a lane holds of a row */
