@@ -52,6 +52,15 @@
 #define ND_LN_WARP_BLOCKS78 6
 #endif
 
+/* nd_layernorm_op::min_blocks: 16-bit warp-kernel lanes of 3 packs (192, 384, 768 columns), 7 as
+ * the other short lanes; A/B runs (ncu, H100, bfloat16 192 columns: 64 registers, 41% occupancy,
+ * long-scoreboard stalls first; bench/results/ncu_ln_bf16_h100.txt). At 9 (56 registers, nvcc
+ * 13) the exact twins of 192, 384 and 768 columns spill nothing, the generic kernel of 32 lanes
+ * 48-64 bytes. Not measured on a GPU. */
+#ifndef ND_LN_WARP_BLOCKS3
+#define ND_LN_WARP_BLOCKS3 7
+#endif
+
 #ifndef ND_LN_HOLD4 /* 1: 16-bit warp-kernel lanes of 4 packs hold their parameters, at 5 blocks an SM */
 #define ND_LN_HOLD4 1
 #endif
@@ -400,7 +409,8 @@ struct nd_layernorm_op {
     {
         return kind == ND_CTX_WARP ? (elem_bytes == 2 && packs >= 7 ? ND_LN_WARP_BLOCKS78
                                       : elem_bytes == 2 && packs >= 5 ? 6
-                                      : elem_bytes == 2 && packs == 4 && ND_LN_HOLD4 ? 5 : 7)
+                                      : elem_bytes == 2 && packs == 4 && ND_LN_HOLD4 ? 5
+                                      : elem_bytes == 2 && packs == 3 ? ND_LN_WARP_BLOCKS3 : 7)
                : threads == 128 && packs <= 3 ? 9
                : elem_bytes == 2 && packs >= 7 && threads <= 256 ? 896 / threads
                                                                  : 0;
