@@ -13,6 +13,8 @@
 # kernel file: KERNEL=softmax_axis names the member it replaces when FILE.cu's own name differs.
 # A FILE.o is an object compiled elsewhere (the same flags; say on a machine without a GPU, to
 # save the GPU machine's time): it goes into the copy as is, and NVCC FLAGS do not apply to it.
+# Compiled for the GPU machine alone it may leave out the PTX (-gencode arch=compute_90,code=sm_90
+# only: LayerNorm's object 7 MB instead of 10), so that more variants fit in what a call carries.
 set -euo pipefail
 [ $# -ge 2 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
 name=$1 srcs=$2
