@@ -16,7 +16,7 @@
 # Compiled for the GPU machine alone it may leave out the PTX (-gencode arch=compute_90,code=sm_90
 # only: LayerNorm's object 7 MB instead of 10), so that more variants fit in what a call carries.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,17p' "$0" >&2; exit 2; }
 name=$1 srcs=$2
 shift 2
 BUILD=${BUILD:-build}
