@@ -21,12 +21,12 @@
 #ifndef ND_RMS_LOOP16_1024 /* the loop geometry for 16-bit rows of 1024 packs (0: the block kernel) */
 #define ND_RMS_LOOP16_1024 nd_loop_code(256, 4)
 #endif
-/* the loop geometry for float32 rows of 1024 packs (4096 columns) on a fast device, as a number
- * (nd_loop_code: threads * 8 + packs, e.g. 2052 for 256 x 4; A/B runs); 0: nd_loop_geometry's.
- * 256 x 4 on an H100 (with ND_ROWS_LOOP_EVERY, three alternating rounds): 99.7 -> 98.2% of the
- * copy ceiling against 512 x 2 (bench/results/loop256_h100.txt); not measured on an H200. */
+/* the loop geometry for float32 rows of 1024 packs (4096 columns), on any device (a number on
+ * nvcc's command line: nd_loop_code's threads * 8 + packs, 2052 for 256 x 4). 256 x 4 on an H100
+ * (three alternating rounds): 99.7 -> 98.2% of the copy ceiling against 512 x 2 (bench/results/
+ * loop256_h100.txt); not measured on an H200. */
 #ifndef ND_RMS_LOOP32_1024
-#define ND_RMS_LOOP32_1024 0
+#define ND_RMS_LOOP32_1024 nd_loop_code(512, 2)
 #endif
 
 #ifndef ND_RMS_SUB_FULL16 /* nd_rmsnorm_policy::sub_full(2) */
@@ -121,14 +121,13 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * rounds, bench/results/loop_every_h100.txt), so it takes the loop kernel on every device. */
     static constexpr int loop(int elem_bytes, int64_t packs, bool fast)
     {
-        const bool every = packs == 4096 || (elem_bytes == 4 && packs == 1024); /* any device */
-        const bool take = ND_RMS_LOOP && (fast || every) &&
+        if (!ND_RMS_LOOP)
+            return 0;
+        if (packs == 1024) /* float32 4096 columns on any device, 16-bit 8192 on a fast one */
+            return elem_bytes == 4 ? ND_RMS_LOOP32_1024 : fast ? ND_RMS_LOOP16_1024 : 0;
+        const bool take = (fast || packs == 4096) &&
                           (packs == 512 || packs == 2048 || packs == 4096 ||
-                           (elem_bytes == 4 && (packs == 1024 || packs == 1536)));
-        if (ND_RMS_LOOP && fast && elem_bytes == 2 && packs == 1024 && ND_RMS_LOOP16_1024)
-            return ND_RMS_LOOP16_1024;
-        if (ND_RMS_LOOP && fast && elem_bytes == 4 && packs == 1024 && ND_RMS_LOOP32_1024)
-            return ND_RMS_LOOP32_1024;
+                           (elem_bytes == 4 && packs == 1536));
         return take ? nd_loop_geometry(packs) : 0;
     }
     /* The fitted warp geometries (ND_ROWS_WARP_FIT) of 16-bit rows in lanes of 3 packs (48 and 96
