@@ -273,15 +273,17 @@ static inline double probe_lib_time(const probe_case &c, nd_dtype dt, int op, fl
 }
 
 /* y (poisoned, then written by launch(c.xs[0], c.ys[0])) against c.yref: the largest difference
- * over three stretches of 1M elements (the start, the middle, the end; a NaN counts as inf). */
+ * over three stretches of up to 1M elements (the start, the middle, the end; a NaN counts as
+ * inf). */
 template <class T, class F> static double probe_max_diff(const probe_case &c, F launch)
 {
     CK(cudaMemsetAsync(c.ys[0], 0xff, (size_t)c.n * sizeof(T), c.s)); /* poison */
     launch(c.xs[0], c.ys[0]);
     CK(cudaStreamSynchronize(c.s));
-    std::vector<T> a1(1 << 20), a2(1 << 20);
+    const int64_t len = std::min(c.n, (int64_t)1 << 20);
+    std::vector<T> a1(len), a2(len);
     double md = 0;
-    for (int64_t off : {(int64_t)0, c.n / 2, c.n - ((int64_t)1 << 20)}) {
+    for (int64_t off : {(int64_t)0, std::min(c.n / 2, c.n - len), c.n - len}) {
         CK(cudaMemcpy(a1.data(), (T *)c.ys[0] + off, a1.size() * sizeof(T), cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(a2.data(), (T *)c.yref + off, a2.size() * sizeof(T), cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < a1.size(); i++) {
