@@ -52,13 +52,34 @@
 #define ND_LN_WARP_BLOCKS78 6
 #endif
 
-/* nd_layernorm_op::min_blocks: 16-bit warp-kernel lanes of 3 packs (192, 384, 768 columns), 7 as
- * the other short lanes; A/B runs (ncu, H100, bfloat16 192 columns: 64 registers, 41% occupancy,
- * long-scoreboard stalls first; bench/results/ncu_ln_bf16_h100.txt). At 9 (56 registers, nvcc
- * 13) the exact twins of 192, 384 and 768 columns spill nothing, the generic kernel of 32 lanes
- * 48-64 bytes. Not measured on a GPU. */
+/* nd_layernorm_op::min_blocks: 16-bit warp-kernel lanes of 3 packs, 7 as the other short lanes,
+ * except the exact and grid twins of 16 and 32 lanes a row (384 and 768 columns), which take
+ * ND_LN_WARP_BLOCKS3_WIDE. ncu (H100, bfloat16 192 columns: 64 registers, 41% occupancy,
+ * long-scoreboard stalls first; bench/results/ncu_ln_bf16_h100.txt) asked for more warps an SM;
+ * at 9 blocks (56 registers, nvcc 13) the twins spill nothing, the generic kernel of 32 lanes
+ * 48-64 bytes. Three alternating rounds, 7 -> 9 blocks for every lane of 3 packs, float16 /
+ * bfloat16 % of the copy ceiling (bench/results/ln_warp_blocks3.txt):
+ *   H200, two calls   384 columns 93.0 / 90.8 -> 93.7 / 92.9 and 93.1 / 90.5 -> 94.1 / 92.7;
+ *                     768 95.0 / 95.0 -> 95.6 / 96.8 and 95.1 / 95.5 -> 96.0 / 96.6;
+ *                     192 (8 lanes) 90.4 / 88.0 -> 89.4 / 87.8 and 89.9 / 87.9 -> 89.5 / 87.7
+ *   H100              384 97.6 / 97.5 -> 97.3 / 97.3; 768 98.2 / 98.3 -> 98.2 / 98.2;
+ *                     192 95.5 / 95.5 -> 95.1 / 95.3
+ * so 8 lanes keep 7 (ND_LN_WARP_BLOCKS3). */
 #ifndef ND_LN_WARP_BLOCKS3
 #define ND_LN_WARP_BLOCKS3 7
+#endif
+#ifndef ND_LN_WARP_BLOCKS3_WIDE
+#define ND_LN_WARP_BLOCKS3_WIDE 9
+#endif
+
+/* nd_layernorm_op::min_blocks: 16-bit warp-kernel lanes of 5-6 packs (640, 1280, 1536 columns),
+ * for A/B runs. At 7 (the 640 twin spills nothing, the generic 32-lane kernels 8-104 bytes),
+ * three alternating rounds, float16 / bfloat16: H200 640 columns 95.0 / 94.0 -> 95.8 / 94.3
+ * (at 8, where the 640 twin spills 34 bytes: 95.7 / 94.9); H100 1280 98.2 / 98.4 -> 98.0 /
+ * 98.4, 1536 98.2 / 98.4 -> 98.7 / 98.9 (bench/results/ln_warp_blocks3.txt). Not kept: within
+ * a point, and 1280 / 1536 not measured on an H200. */
+#ifndef ND_LN_WARP_BLOCKS56
+#define ND_LN_WARP_BLOCKS56 6
 #endif
 
 #ifndef ND_LN_HOLD4 /* 1: 16-bit warp-kernel lanes of 4 packs hold their parameters, at 5 blocks an SM */
@@ -111,10 +132,10 @@
 #define ND_LN_LOOP 1
 #endif
 /* float32 rows of 1024 packs (4096 columns) on a fast device in the loop kernel, this many threads
- * (256, 512 or 1024) taking the row in one pass, for A/B runs (0: the block kernel;
- * nd_layernorm_policy::loop says what is measured) */
+ * (256, 512 or 1024) taking the row in one pass (0: the block kernel; nd_layernorm_policy::loop
+ * says what is measured) */
 #ifndef ND_LN_LOOP32_1024_THREADS
-#define ND_LN_LOOP32_1024_THREADS 0
+#define ND_LN_LOOP32_1024_THREADS 256
 #endif
 
 /* nd_layernorm_policy::lean: 1 as measured; 0 none (A/B runs); 2 the fast device's rows on
@@ -266,12 +287,13 @@ struct nd_layernorm_policy : nd_norm_policy {
      * 0.99 -> 1.00 (bench/results/rms_loop_h100.txt, loop_every_h100.txt). Every other width
      * measured lost, RMSNorm's geometries at 2048-32768 columns: float32 2048-6144 0.1-20
      * points, 16384 16; 16-bit 4096-32768 16-30 (5120 and 6144 within 0.3); at 1536 threads an
-     * SM (40 registers) as much or more. Not measured in the library: float32 4096 (1024 packs)
-     * at 256 x 4 rather than RMSNorm's 512 x 2, which bench/loop_probe.cu's loop ran at 99.9 /
-     * 100.8% of the copy ceiling where the block kernel ran 96.0 / 97.2 (H200, two runs,
-     * bench/results/loop_probe_h200.txt); -DND_LN_LOOP32_1024_THREADS=256 gives it to a fast
-     * device. On an H100 (with ND_ROWS_LOOP_EVERY, three alternating rounds) it lost, 99.1 ->
-     * 98.8 (bench/results/loop256_h100.txt). */
+     * SM (40 registers) as much or more. Float32 rows of 1024 packs (4096 columns) take 256 x 4
+     * on a fast device (ND_LN_LOOP32_1024_THREADS), as bench/loop_probe.cu's loop ran them at
+     * 99.9 / 100.8% of the copy ceiling where the block kernel ran 96.0 / 97.2 (H200, two
+     * runs, bench/results/loop_probe_h200.txt). In the library, H200, three alternating rounds
+     * in each of two calls: 96.6 -> 99.1 and 96.6 -> 99.2, x torch.compile 0.97 -> 0.99
+     * (bench/results/ln_warp_blocks3.txt). On an H100 (with ND_ROWS_LOOP_EVERY, three
+     * alternating rounds) it lost, 99.1 -> 98.8 (bench/results/loop256_h100.txt). */
     static constexpr int loop(int elem_bytes, int64_t packs, bool fast)
     {
         const bool take = ND_LN_LOOP == 2 ? fast && (packs == 512 || packs == 1024 ||
@@ -405,12 +427,14 @@ struct nd_layernorm_op {
      * rounds against 5 (bench/results/ln_warp_blocks6_h200.txt): H200 1600 columns (grid twin)
      * 92.8 / 91.8 -> 96.6 / 93.6, 1800 +1.5 / 0, 1792 (exact) -0.5 / -0.6, 2048 within 0.1;
      * H100 every width within 0.5. */
-    static constexpr int min_blocks(int kind, int elem_bytes, int packs, int threads)
+    static constexpr int min_blocks(int kind, int elem_bytes, int packs, int threads,
+                                    int twin_lanes)
     {
+        const int b3 = twin_lanes >= 16 ? ND_LN_WARP_BLOCKS3_WIDE : ND_LN_WARP_BLOCKS3;
         return kind == ND_CTX_WARP ? (elem_bytes == 2 && packs >= 7 ? ND_LN_WARP_BLOCKS78
-                                      : elem_bytes == 2 && packs >= 5 ? 6
+                                      : elem_bytes == 2 && packs >= 5 ? ND_LN_WARP_BLOCKS56
                                       : elem_bytes == 2 && packs == 4 && ND_LN_HOLD4 ? 5
-                                      : elem_bytes == 2 && packs == 3 ? ND_LN_WARP_BLOCKS3 : 7)
+                                      : elem_bytes == 2 && packs == 3 ? b3 : 7)
                : threads == 128 && packs <= 3 ? 9
                : elem_bytes == 2 && packs >= 7 && threads <= 256 ? 896 / threads
                                                                  : 0;

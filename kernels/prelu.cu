@@ -73,7 +73,9 @@ namespace {
  * Then (H200, three alternating rounds, bench/results/prelu_unroll2_small_h200.txt): two packs a
  * thread at every size (ND_PRELU_UNROLL2_MIN_PACKS 0), so (96,512,7,7)'s blocks fit the device in
  * one wave: float16 / bfloat16 (96,512,7,7) 91.4 / 91.3 -> 91.7 / 91.2, (96,512,14,14) 96.4 /
- * 96.4 -> 95.1 / 95.1. Kept one pack.
+ * 96.4 -> 95.1 / 95.1. Kept one pack. Again (stop 55, prelu_u2_h200.txt): (96,512,7,7) 90.7 /
+ * 90.7 -> 91.2 / 90.9, (96,512,14,14) -1.0 to -1.2; in blocks of 256 as well, every 16-bit shape
+ * lost 1.2-2.7.
  */
 #ifndef ND_PRELU_BLOCK /* prelu_policy::block_threads */
 #define ND_PRELU_BLOCK 128

@@ -60,9 +60,11 @@
  *                            (ctx.x0: the row's first element)
  *   out_stream(st, x, p0, p1) y from the raw x
  *   write_stats(st, row, prm) the per-row float32 outputs (mean, rstd), by one thread per row
- *   min_blocks(kind, elem bytes, packs, threads)  optional: blocks per SM the warp, plain
- *                            block or split kernel's launch bounds ask for (0: the default),
- *                            i.e. its register cap (nd_rows_min_blocks)
+ *   min_blocks(kind, elem bytes, packs, threads, twin lanes)  optional: blocks per SM the
+ *                            warp, plain block or split kernel's launch bounds ask for (0: the
+ *                            default), i.e. its register cap (nd_rows_min_blocks); twin lanes:
+ *                            the lanes a row of the warp kernel's exact and grid twins, 0 for
+ *                            every other kernel
  *   param_hold(elem bytes, packs)  optional: whether a warp-kernel lane of that many packs loads
  *                            all its parameters with x rather than one pack ahead (nd_param_hold)
  *   wide_regs(elem bytes, n) optional: whether a warp-kernel lane holding n elements of a 16-bit
@@ -603,12 +605,14 @@ struct nd_ctx_short_chains<Ctx, std::void_t<decltype(Ctx::kShortChains)>>
  * that kernel, Op::min_blocks(kind, element bytes, packs per thread, threads) != 0. */
 template <class Op, class = void> struct nd_op_has_min_blocks : std::false_type {};
 template <class Op>
-struct nd_op_has_min_blocks<Op, std::void_t<decltype(Op::min_blocks(0, 0, 0, 0))>> : std::true_type {};
+struct nd_op_has_min_blocks<Op, std::void_t<decltype(Op::min_blocks(0, 0, 0, 0, 0))>>
+    : std::true_type {};
 template <class Op>
-constexpr int nd_rows_min_blocks(int kind, int elem_bytes, int packs, int threads, int dflt)
+constexpr int nd_rows_min_blocks(int kind, int elem_bytes, int packs, int threads, int dflt,
+                                 int twin_lanes = 0)
 {
     if constexpr (nd_op_has_min_blocks<Op>::value) {
-        const int b = Op::min_blocks(kind, elem_bytes, packs, threads);
+        const int b = Op::min_blocks(kind, elem_bytes, packs, threads, twin_lanes);
         return b ? b : dflt;
     } else {
         return dflt;
@@ -617,11 +621,13 @@ constexpr int nd_rows_min_blocks(int kind, int elem_bytes, int packs, int thread
 
 /* The launch bounds' blocks an SM of a kernel in the warp kernel's geometry (lanes of PACKS
  * packs) in blocks of BLOCK threads: the op's min_blocks for ND_CTX_WARP, else enough blocks for
- * ND_ROWS_WARP_MIN_THREADS_PER_SM threads (the warp and stage kernels). */
-template <class Op, class T, int PACKS, int BLOCK> constexpr int nd_rows_warp_min_blocks()
+ * ND_ROWS_WARP_MIN_THREADS_PER_SM threads (the warp and stage kernels). TWIN_LANES: W for the
+ * warp kernel's exact and grid twins (XC != 0), else 0. */
+template <class Op, class T, int PACKS, int BLOCK, int TWIN_LANES = 0>
+constexpr int nd_rows_warp_min_blocks()
 {
     return nd_rows_min_blocks<Op>(ND_CTX_WARP, (int)sizeof(T), PACKS, BLOCK,
-                                  ND_ROWS_WARP_MIN_THREADS_PER_SM / BLOCK);
+                                  ND_ROWS_WARP_MIN_THREADS_PER_SM / BLOCK, TWIN_LANES);
 }
 
 /* Packs of parameters a warp-kernel lane of PACKS packs keeps in flight (nd_param_pipe's HOLD):
@@ -693,7 +699,8 @@ template <int W, int R, int PACKS, int VEC, int XC = 0> struct nd_warp_ctx {
 
 template <class Op, class T, int VEC, int PACKS, int W, int R, int XC = 0>
 __global__ void __launch_bounds__(ND_ROWS_WARP_BLOCK,
-                                  (nd_rows_warp_min_blocks<Op, T, PACKS, ND_ROWS_WARP_BLOCK>()))
+                                  (nd_rows_warp_min_blocks<Op, T, PACKS, ND_ROWS_WARP_BLOCK,
+                                                           XC != 0 ? W : 0>()))
 nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
 {
     constexpr int GPW = 32 / W; /* groups per warp */

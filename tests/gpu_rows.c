@@ -497,7 +497,8 @@ Test(gpu_rows, loop_kernel_many_rows)
         {ND_OP_RMSNORM, ND_FLOAT16, 10240, 0, "block "},
         {ND_OP_RMSNORM, ND_FLOAT16, 4096, 1, "block "},
         {ND_OP_RMSNORM, ND_FLOAT16, 2048, 0, "warp "},
-        {ND_OP_LAYERNORM, ND_FLOAT16, 8192, 0, "block "}};
+        {ND_OP_LAYERNORM, ND_FLOAT16, 8192, 0, "block "},
+        {ND_OP_LAYERNORM, ND_FLOAT32, 4096, 0, "loop threads=256 packs=4"}};
     check_plans(plans, sizeof plans / sizeof plans[0], "loop", "block ");
     /* on every device: RMSNorm's rows of 4096 packs and float32 rows of 1024, LayerNorm's
      * float32 rows of 2048 */
