@@ -82,6 +82,14 @@
 #define ND_LN_WARP_BLOCKS56 6
 #endif
 
+/* nd_layernorm_op::min_blocks: warp-kernel lanes of at most 2 packs (16-bit) or 4 (float32),
+ * for A/B runs. At 9 or 8, H200, three alternating rounds: 16-bit 32 and 64 columns lost up to 6
+ * points (spills), float32 128 / 256 0.4-2.1; float32 64 93.3 -> 95.0 at 9, within 0.2 at 8
+ * (bench/results/warp_short_blocks_h200.txt). */
+#ifndef ND_LN_WARP_BLOCKS_SHORT
+#define ND_LN_WARP_BLOCKS_SHORT 7
+#endif
+
 #ifndef ND_LN_HOLD4 /* 1: 16-bit warp-kernel lanes of 4 packs hold their parameters, at 5 blocks an SM */
 #define ND_LN_HOLD4 1
 #endif
@@ -434,7 +442,9 @@ struct nd_layernorm_op {
         return kind == ND_CTX_WARP ? (elem_bytes == 2 && packs >= 7 ? ND_LN_WARP_BLOCKS78
                                       : elem_bytes == 2 && packs >= 5 ? ND_LN_WARP_BLOCKS56
                                       : elem_bytes == 2 && packs == 4 && ND_LN_HOLD4 ? 5
-                                      : elem_bytes == 2 && packs == 3 ? b3 : 7)
+                                      : elem_bytes == 2 && packs == 3 ? b3
+                                      : packs <= (elem_bytes == 4 ? 4 : 2) ? ND_LN_WARP_BLOCKS_SHORT
+                                                                            : 7)
                : threads == 128 && packs <= 3 ? 9
                : elem_bytes == 2 && packs >= 7 && threads <= 256 ? 896 / threads
                                                                  : 0;
