@@ -25,6 +25,10 @@
  * 16-bit rows of 128-1024 columns (+1.6 to +6.6 points of the copy ceiling), softmax's of 512
  * and 1024 and log_softmax's of 1024 (+1 to +1.8) take it on an H200; LayerNorm's of 128 and
  * 256 columns on an H100 too (+0.4 to +2.3), and of 640 on an H100 only (+0.4 to +0.7).
+ * On a device of the fast class, rows that fill every lane (W x PK packs) take the exact twin,
+ * whose row length is a compile-time number (ND_ROWS_LEAN_EXACT): LayerNorm 16-bit 128-1024
+ * columns +0.5 to +2.7 points on an H200, softmax within 0.5 (bench/results/lean_exact_h200.txt;
+ * the H100 was not measured, so it keeps the generic kernel).
  *
  * Tried first (H200, two alternating rounds, % of the same-run copy ceiling): the op's stream
  * statistics (Op::stream_stats, ctx.for_each over the registers), one call a row. nvcc ran the
@@ -40,6 +44,12 @@
 /* 0: never (A/B runs); 1: where the op's policy's lean() says */
 #ifndef ND_ROWS_LEAN
 #define ND_ROWS_LEAN 1
+#endif
+
+/* Rows of exactly W x PK packs in the lean kernel's exact twin (XP): 1 on a device of the fast
+ * class (an H200, where it was measured), 2 on every device, 0 on none (A/B runs) */
+#ifndef ND_ROWS_LEAN_EXACT
+#define ND_ROWS_LEAN_EXACT 1
 #endif
 
 /* the most packs a lane holds of a row: rows of up to W x this many packs */
@@ -86,18 +96,23 @@ template <int W, int PK, int VEC> struct nd_lean_ctx {
 };
 
 /* Groups of W lanes a row (32 / W groups a warp), R rows a group, NW warps a block: a group's
- * rows are r0 + r * (32 / W), r < R, the warp's groups taking consecutive rows. */
-template <class Op, class T, int VEC, int W, int PK, int R, int NW>
+ * rows are r0 + r * (32 / W), r < R, the warp's groups taking consecutive rows. XP > 0 (the exact
+ * twin, ND_ROWS_LEAN_EXACT): rows of XP = W x PK packs, a number the compiler knows, so the
+ * packs' bounds tests, the row length and 1 / n fold away and each address is a shift and an
+ * add; XP = 0: rows of any length the geometry holds, read at run time. */
+template <class Op, class T, int VEC, int W, int PK, int R, int NW, int XP = 0>
 __global__ void __launch_bounds__(32 * NW, ND_ROWS_LEAN_MIN_WARPS / NW)
     nd_rows_lean_kernel(nd_rows_args<T> a, typename Op::Params prm)
 {
+    static_assert(XP == 0 || XP == W * PK, "the exact twin: every lane holds PK packs");
     constexpr int GPW = 32 / W; /* groups a warp */
     constexpr int N = PK * VEC; /* elements a lane holds of a row */
     const int lane = threadIdx.x & 31, gl = lane % W;
+    const int64_t cols = XP > 0 ? (int64_t)XP * VEC : a.cols;
     nd_lean_ctx<W, PK, VEC> ctx;
     ctx.gl = gl;
-    ctx.npacks = (int)(a.cols / VEC);
-    ctx.cols = (int)a.cols;
+    ctx.npacks = (int)(cols / VEC);
+    ctx.cols = (int)cols;
     const int64_t r0 = ((int64_t)blockIdx.x * NW + (threadIdx.x >> 5)) * (GPW * R) + lane / W;
     const uint4 *x = reinterpret_cast<const uint4 *>(a.x);
     nd_regrow<T, N> v[R];
@@ -114,7 +129,10 @@ __global__ void __launch_bounds__(32 * NW, ND_ROWS_LEAN_MIN_WARPS / NW)
             v[r].put_pack(k, wds);
         }
     }
-    nd_ctx_cols_here(ctx); /* the row length as a float after the loads (ND_ROWS_WARP_LATE_N) */
+    if constexpr (XP > 0)
+        ctx.n = (float)cols;
+    else
+        nd_ctx_cols_here(ctx); /* the row length as a float after the loads (ND_ROWS_WARP_LATE_N) */
     constexpr bool K = nd_param_l2_last<Op>((int)sizeof(T));
     constexpr int NP = Op::kParams < 2 ? Op::kParams : 2;
     const T *pp[2] = {a.p0, a.p1};
@@ -154,7 +172,7 @@ __global__ void __launch_bounds__(32 * NW, ND_ROWS_LEAN_MIN_WARPS / NW)
 #pragma unroll
             for (int j = 0; j < VEC; j++)
                 o[j] = Op::out(st[r], prm, v[r].get(k * VEC + j), g[0][j], g[1][j]);
-            nd_store_pack_stream<T, VEC>(a.y + row * a.cols + (int64_t)p * VEC, o);
+            nd_store_pack_stream<T, VEC>(a.y + row * cols + (int64_t)p * VEC, o);
         }
     }
 }
@@ -186,17 +204,26 @@ template <class Pol> constexpr int nd_rows_lean_code(int elem_bytes, int64_t pac
     return c || (!fast && !ND_ROWS_LEAN_TRY_EVERY) ? c : ND_ROWS_LEAN_TRY(elem_bytes, packs);
 }
 
+/* Whether rows of P packs on a device of the fast class or not take the lean kernel's exact twin
+ * (ND_ROWS_LEAN_EXACT) in W lanes of PK packs */
+constexpr bool nd_rows_lean_exact(int64_t p, int w, int pk, bool fast)
+{
+    return p == (int64_t)w * pk && (ND_ROWS_LEAN_EXACT == 2 || (ND_ROWS_LEAN_EXACT == 1 && fast));
+}
+
 /* Whether some row of T of W x (PK - 1) + 1 .. W x PK packs takes the lean geometry `code` of W
  * lanes (every such geometry when code is 0) on some device: so that only the kernels a policy
- * names are compiled. */
-template <class Pol> constexpr bool nd_rows_lean_has(int elem_bytes, int w, int pk, int code)
+ * names are compiled. kernel: -1 in any kernel, 1 in the exact twin, 0 in the generic kernel. */
+template <class Pol>
+constexpr bool nd_rows_lean_has(int elem_bytes, int w, int pk, int code, int kernel = -1)
 {
     if (!ND_ROWS_LEAN)
         return false;
     for (int p = w * (pk - 1) + 1; p <= w * pk; p++)
         for (int f = 0; f < 2; f++) {
             const int c = nd_rows_lean_code<Pol>(elem_bytes, p, f != 0);
-            if (c != 0 && nd_lean_lanes(c) == w && (code == 0 || c == code))
+            if (c != 0 && nd_lean_lanes(c) == w && (code == 0 || c == code) &&
+                (kernel < 0 || nd_rows_lean_exact(p, w, pk, f != 0) == (kernel == 1)))
                 return true;
         }
     return false;
@@ -212,26 +239,38 @@ template <class Pol> constexpr bool nd_rows_lean_any(int elem_bytes)
 }
 
 /* The lean kernel for rows on the grid of P packs in the policy's geometry `code` (nd_lean_code:
- * W lanes of at most ND_ROWS_LEAN_MAX_PK packs a row); the geometries below are every one a
- * policy may name. */
+ * W lanes of at most ND_ROWS_LEAN_MAX_PK packs a row) on a device of the fast class or not; the
+ * geometries below are every one a policy may name. */
 template <class Op, class T, int VEC, class Pol>
 static nd_status nd_rows_lean_run(const nd_rows_args<T> &a, const typename Op::Params &prm,
-                                  int64_t P, int code, const nd_cuda_device_info *di,
+                                  int64_t P, int code, bool fast, const nd_cuda_device_info *di,
                                   cudaStream_t s, const char *name, nd_error *err)
 {
     using std::integral_constant;
     auto launch = [&](auto w, auto pk, auto r, auto nw) -> nd_status {
         constexpr int W = decltype(w)::value, PK = decltype(pk)::value;
         constexpr int R = decltype(r)::value, NW = decltype(nw)::value;
-        if constexpr (nd_rows_lean_has<Pol>((int)sizeof(T), W, PK, nd_lean_code(W, R, NW))) {
+        constexpr int E = (int)sizeof(T), C = nd_lean_code(W, R, NW);
+        /* the exact twin for rows of W x PK packs, the generic kernel for the rest */
+        constexpr bool EXACT = nd_rows_lean_has<Pol>(E, W, PK, C, 1);
+        constexpr bool GENERIC = nd_rows_lean_has<Pol>(E, W, PK, C, 0);
+        if constexpr (EXACT || GENERIC) {
             const int64_t per = (int64_t)(32 / W) * R * NW; /* rows a block */
             const int64_t units = (a.rows + per - 1) / per;
             if (units > 0x7fffffff)
                 return nd_error_set(err, ND_EUNSUPPORTED, "%s: %lld rows are too many for one "
                                     "lean launch", name, (long long)a.rows);
-            ND_PLAN("lean W=%d packs=%d R=%d warps=%d", W, PK, R, NW);
-            return nd_rows_launch(nd_rows_lean_kernel<Op, T, VEC, W, PK, R, NW>, 32 * NW, 1, 0,
-                                  units, di, s, err, name, a, prm);
+            const bool exact = EXACT && nd_rows_lean_exact(P, W, PK, fast);
+            ND_PLAN("lean W=%d packs=%d R=%d warps=%d%s", W, PK, R, NW, exact ? " exact" : "");
+            if constexpr (EXACT)
+                if (exact)
+                    return nd_rows_launch(nd_rows_lean_kernel<Op, T, VEC, W, PK, R, NW, W * PK>,
+                                          32 * NW, 1, 0, units, di, s, err, name, a, prm);
+            if constexpr (GENERIC)
+                return nd_rows_launch(nd_rows_lean_kernel<Op, T, VEC, W, PK, R, NW>, 32 * NW, 1,
+                                      0, units, di, s, err, name, a, prm);
+            return nd_error_set(err, ND_EUNSUPPORTED, "%s: no lean kernel of %d lanes x %d packs "
+                                "for rows of %lld packs", name, W, PK, (long long)P);
         } else {
             return nd_error_set(err, ND_EUNSUPPORTED, "%s: no lean kernel of %d lanes x %d packs, "
                                 "geometry %d", name, W, PK, code);

@@ -564,13 +564,14 @@ Test(gpu_rows, lean_kernel_many_rows)
         {ND_OP_LAYERNORM, ND_BFLOAT16, 128, 0, "lean W=8 packs=2 R=4 warps=1 "},
         {ND_OP_LAYERNORM, ND_FLOAT16, 256, 0, "lean W=16 packs=2 R=2 warps=1 "}};
     check_plans(anywhere, sizeof anywhere / sizeof anywhere[0], NULL, NULL);
-    /* on a fast device; elsewhere, and where NULL, any plan but a lean one */
+    /* on a fast device, rows that fill every lane in the exact twin (ND_ROWS_LEAN_EXACT);
+     * elsewhere, and where NULL, any plan but a lean one */
     static const plan_case plans[] = {
-        {ND_OP_LAYERNORM, ND_BFLOAT16, 512, 0, "lean W=32 packs=2 R=2 warps=1 "},
-        {ND_OP_LAYERNORM, ND_FLOAT16, 1024, 0, "lean W=32 packs=4 R=1 warps=1 "},
-        {ND_OP_SOFTMAX, ND_BFLOAT16, 1024, 0, "lean W=32 packs=4 R=1 warps=1 "},
-        {ND_OP_SOFTMAX, ND_FLOAT16, 512, 0, "lean W=32 packs=2 R=1 warps=4 "},
-        {ND_OP_LOG_SOFTMAX, ND_FLOAT16, 1024, 0, "lean W=32 packs=4 R=1 warps=1 "},
+        {ND_OP_LAYERNORM, ND_BFLOAT16, 512, 0, "lean W=32 packs=2 R=2 warps=1 exact "},
+        {ND_OP_LAYERNORM, ND_FLOAT16, 1024, 0, "lean W=32 packs=4 R=1 warps=1 exact "},
+        {ND_OP_SOFTMAX, ND_BFLOAT16, 1024, 0, "lean W=32 packs=4 R=1 warps=1 exact "},
+        {ND_OP_SOFTMAX, ND_FLOAT16, 512, 0, "lean W=32 packs=2 R=1 warps=4 exact "},
+        {ND_OP_LOG_SOFTMAX, ND_FLOAT16, 1024, 0, "lean W=32 packs=4 R=1 warps=1 exact "},
         {ND_OP_LOG_SOFTMAX, ND_FLOAT16, 512, 0, NULL},
         {ND_OP_LAYERNORM, ND_FLOAT16, 256, 1, NULL},
         {ND_OP_SOFTMAX, ND_FLOAT16, 1024, 3, NULL},
