@@ -602,7 +602,7 @@ struct nd_ctx_short_chains<Ctx, std::void_t<decltype(Ctx::kShortChains)>>
 
 /* Blocks per SM that a warp (ND_CTX_WARP) or plain block (ND_CTX_BLOCK) kernel's launch bounds
  * ask for, which caps its registers: the defaults above (dflt), unless the Op names its own for
- * that kernel, Op::min_blocks(kind, element bytes, packs per thread, threads) != 0. */
+ * that kernel, Op::min_blocks(kind, element bytes, packs per thread, threads, twin lanes) != 0. */
 template <class Op, class = void> struct nd_op_has_min_blocks : std::false_type {};
 template <class Op>
 struct nd_op_has_min_blocks<Op, std::void_t<decltype(Op::min_blocks(0, 0, 0, 0, 0))>>
