@@ -29,14 +29,6 @@
 #define ND_RMS_LOOP32_1024 nd_loop_code(512, 2)
 #endif
 
-/* nd_rmsnorm_op::min_blocks: the warp kernel's blocks an SM for lanes of at most 3 packs, for A/B
- * runs (0: the rows engine's default, ND_ROWS_WARP_MIN_THREADS_PER_SM, 6 blocks of 128). At 9 or
- * 8, H200, three alternating rounds: within noise at 16 bits, float32 64 columns -2.0 / -10.9
- * (lanes of 4 rows spill; bench/results/warp_short_blocks_h200.txt). */
-#ifndef ND_RMS_WARP_BLOCKS_SHORT
-#define ND_RMS_WARP_BLOCKS_SHORT 0
-#endif
-
 #ifndef ND_RMS_SUB_FULL16 /* nd_rmsnorm_policy::sub_full(2) */
 #define ND_RMS_SUB_FULL16 16
 #endif
@@ -166,10 +158,6 @@ struct nd_rmsnorm_op {
     struct State {
         float rstd;
     };
-    static constexpr int min_blocks(int kind, int, int packs, int, int)
-    {
-        return kind == ND_CTX_WARP && packs <= 3 ? ND_RMS_WARP_BLOCKS_SHORT : 0;
-    }
     /* Warp-kernel lanes of 4 packs of a 16-bit row load all their weights with x
      * (nd_param_hold; 80 registers, no spill, nvcc 13). H100, three alternating rounds, float16
      * / bfloat16 % of the copy ceiling: 256 columns 95.5 / 95.5 -> 96.4 / 96.7, 512 97.7 / 97.4

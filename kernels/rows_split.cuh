@@ -204,7 +204,7 @@
  * at 4 blocks piped / not: float16 128x1048576 85.3 -> 88.8 / 86.7, 512x262144 89.6 -> 91.8 /
  * 90.7, 2048x65536 92.9 -> 94.4 / 94.7; bfloat16 84.2 -> 85.3 / 84.9, 89.5 -> 90.2 / 90.3,
  * 92.9 -> 91.6 / 93.8. So float16 pipes and bfloat16 does not. The other ops name no
- * min_blocks for chunks and ask for 1024 threads an SM already, so only LayerNorm's change. */
+ * min_blocks and ask for 1024 threads an SM already, so only LayerNorm's chunks change. */
 #ifndef ND_ROWS_SPLIT_EXACT_SM_THREADS16
 #define ND_ROWS_SPLIT_EXACT_SM_THREADS16 1024
 #endif
