@@ -1470,7 +1470,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
     if constexpr (nd_rows_lean_any<Pol>((int)sizeof(T))) {
         if (on_grid && P <= 32 * ND_ROWS_LEAN_MAX_PK)
             if (const int code = nd_rows_lean_code<Pol>((int)sizeof(T), P, fast))
-                return nd_rows_lean_run<Op, T, VEC, Pol>(a, prm, P, code, fast, di, s, name, err);
+                return nd_rows_lean_run<Op, T, VEC, Pol>(a, prm, P, code, di, s, name, err);
     }
     /* Every nd_rows_pick below starts at the least its branch is given (the branches before it
      * take the smaller rows, as noted at each): a lower start would only compile kernels that no

@@ -25,10 +25,11 @@
  * 16-bit rows of 128-1024 columns (+1.6 to +6.6 points of the copy ceiling), softmax's of 512
  * and 1024 and log_softmax's of 1024 (+1 to +1.8) take it on an H200; LayerNorm's of 128 and
  * 256 columns on an H100 too (+0.4 to +2.3), and of 640 on an H100 only (+0.4 to +0.7).
- * On a device of the fast class, rows that fill every lane (W x PK packs) take the exact twin,
- * whose row length is a compile-time number (ND_ROWS_LEAN_EXACT): LayerNorm 16-bit 128-1024
- * columns +0.5 to +2.7 points on an H200, softmax within 0.5 (bench/results/lean_exact_h200.txt;
- * the H100 was not measured, so it keeps the generic kernel).
+ * Rows that fill every lane (W x PK packs) take the exact twin, whose row length is a
+ * compile-time number (ND_ROWS_LEAN_EXACT): LayerNorm 16-bit 128-1024 columns +0.5 to +2.7
+ * points on an H200, softmax within 0.5 (bench/results/lean_exact_h200.txt); on an H100, where
+ * LayerNorm's 128 and 256 columns take the lean kernel, +1.2 to +1.7 and +0.3 to +0.4
+ * (bench/results/lean_exact_h100.txt).
  *
  * Tried first (H200, two alternating rounds, % of the same-run copy ceiling): the op's stream
  * statistics (Op::stream_stats, ctx.for_each over the registers), one call a row. nvcc ran the
@@ -46,8 +47,8 @@
 #define ND_ROWS_LEAN 1
 #endif
 
-/* Rows of exactly W x PK packs in the lean kernel's exact twin (XP): 1 on a device of the fast
- * class (an H200, where it was measured), 2 on every device, 0 on none (A/B runs) */
+/* Rows of exactly W x PK packs in the lean kernel's exact twin (XP): 1 (as measured), or 0 for
+ * none (A/B runs) */
 #ifndef ND_ROWS_LEAN_EXACT
 #define ND_ROWS_LEAN_EXACT 1
 #endif
@@ -204,11 +205,11 @@ template <class Pol> constexpr int nd_rows_lean_code(int elem_bytes, int64_t pac
     return c || (!fast && !ND_ROWS_LEAN_TRY_EVERY) ? c : ND_ROWS_LEAN_TRY(elem_bytes, packs);
 }
 
-/* Whether rows of P packs on a device of the fast class or not take the lean kernel's exact twin
- * (ND_ROWS_LEAN_EXACT) in W lanes of PK packs */
-constexpr bool nd_rows_lean_exact(int64_t p, int w, int pk, bool fast)
+/* Whether rows of P packs take the lean kernel's exact twin (ND_ROWS_LEAN_EXACT) in W lanes of
+ * PK packs */
+constexpr bool nd_rows_lean_exact(int64_t p, int w, int pk)
 {
-    return p == (int64_t)w * pk && (ND_ROWS_LEAN_EXACT == 2 || (ND_ROWS_LEAN_EXACT == 1 && fast));
+    return ND_ROWS_LEAN_EXACT && p == (int64_t)w * pk;
 }
 
 /* Whether some row of T of W x (PK - 1) + 1 .. W x PK packs takes the lean geometry `code` of W
@@ -223,7 +224,7 @@ constexpr bool nd_rows_lean_has(int elem_bytes, int w, int pk, int code, int ker
         for (int f = 0; f < 2; f++) {
             const int c = nd_rows_lean_code<Pol>(elem_bytes, p, f != 0);
             if (c != 0 && nd_lean_lanes(c) == w && (code == 0 || c == code) &&
-                (kernel < 0 || nd_rows_lean_exact(p, w, pk, f != 0) == (kernel == 1)))
+                (kernel < 0 || nd_rows_lean_exact(p, w, pk) == (kernel == 1)))
                 return true;
         }
     return false;
@@ -239,11 +240,11 @@ template <class Pol> constexpr bool nd_rows_lean_any(int elem_bytes)
 }
 
 /* The lean kernel for rows on the grid of P packs in the policy's geometry `code` (nd_lean_code:
- * W lanes of at most ND_ROWS_LEAN_MAX_PK packs a row) on a device of the fast class or not; the
- * geometries below are every one a policy may name. */
+ * W lanes of at most ND_ROWS_LEAN_MAX_PK packs a row); the geometries below are every one a
+ * policy may name. */
 template <class Op, class T, int VEC, class Pol>
 static nd_status nd_rows_lean_run(const nd_rows_args<T> &a, const typename Op::Params &prm,
-                                  int64_t P, int code, bool fast, const nd_cuda_device_info *di,
+                                  int64_t P, int code, const nd_cuda_device_info *di,
                                   cudaStream_t s, const char *name, nd_error *err)
 {
     using std::integral_constant;
@@ -260,7 +261,7 @@ static nd_status nd_rows_lean_run(const nd_rows_args<T> &a, const typename Op::P
             if (units > 0x7fffffff)
                 return nd_error_set(err, ND_EUNSUPPORTED, "%s: %lld rows are too many for one "
                                     "lean launch", name, (long long)a.rows);
-            const bool exact = EXACT && nd_rows_lean_exact(P, W, PK, fast);
+            const bool exact = EXACT && nd_rows_lean_exact(P, W, PK);
             ND_PLAN("lean W=%d packs=%d R=%d warps=%d%s", W, PK, R, NW, exact ? " exact" : "");
             if constexpr (EXACT)
                 if (exact)
