@@ -148,7 +148,8 @@
 
 /* nd_layernorm_policy::lean: 1 as measured; 0 none (A/B runs); 2 the fast device's rows on
  * every device (A/B runs). ND_LN_LEAN_P<n>: the geometry (nd_lean_code(lanes a row, rows a
- * group, warps a block), 0: none) of 16-bit rows of n packs. */
+ * group, warps a block), 0: none) of 16-bit rows of n packs; ND_LN_LEAN_F32_P<n>: of float32
+ * rows. */
 #ifndef ND_LN_LEAN
 #define ND_LN_LEAN 1
 #endif
@@ -169,6 +170,13 @@
 #endif
 #ifndef ND_LN_LEAN_P80 /* 16-bit rows of 80 packs (640 columns) on a device not of the fast class */
 #define ND_LN_LEAN_P80 nd_lean_code(32, 2, 1)
+#endif
+/* float32 rows of 16 and 32 packs (64 and 128 columns) on a device of the fast class */
+#ifndef ND_LN_LEAN_F32_P16
+#define ND_LN_LEAN_F32_P16 nd_lean_code(8, 2, 4)
+#endif
+#ifndef ND_LN_LEAN_F32_P32
+#define ND_LN_LEAN_F32_P32 nd_lean_code(32, 2, 4)
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -337,7 +345,8 @@ struct nd_layernorm_policy : nd_norm_policy {
      * geometries of 8-32 lanes tried for each: 64 columns (-2.8 to -18.3), 192 (-1.3 to -16.5),
      * 384 (-0.2 to -11.1), 640 (+0.1 to -7.9); and 768 (32 lanes, 1 x 1 and 1 x 4: -2.9 to
      * +1.8 in two runs; the warp kernel's exact twin keeps it, ND_LN_LEAN_P96 0). float32 rows
-     * of 64-256 columns moved within -16.3 to +1.1 and keep theirs. Also tried: rstd =
+     * of 64-256 columns moved within -16.3 to +1.1 in the generic kernel (64 and 128 take the
+     * exact twin now, below). Also tried: rstd =
      * rsqrtf(var + eps) for 1 / sqrtf (as PyTorch's kernels): within -0.4 to +0.4 at 256-1024
      * columns, not kept.
      * On an H100 (every device, ND_LN_LEAN 2, against the warp kernels; three alternating
@@ -353,11 +362,22 @@ struct nd_layernorm_policy : nd_norm_policy {
      * lean_odd_h100.txt): 192 95.6 / 95.3 -> 92.9 / 92.4, 384 97.4 / 97.4 -> 97.6 / 97.2, 640
      * 97.2 / 97.0 -> 97.8 / 97.6; the committed rule in another call 97.2 / 97.0 -> 97.9 / 97.4.
      * So rows of 80 packs take it on a device not of the fast class (ND_LN_LEAN_P80); on an H200
-     * 640 columns lost in all three geometries tried above. */
+     * 640 columns lost in all three geometries tried above.
+     * float32 rows of 64 and 128 columns, since the exact twin, on a device of the fast class
+     * (ND_LN_LEAN_F32_P16 / _P32): H200, three alternating rounds against the warp kernel's
+     * exact twins, % of the same-run copy ceiling (bench/results/lean_f32_h200.txt): 64 columns
+     * in 8 lanes x 2 rows x 4 warps 93.2 -> 96.2 (8 x 4 x 1: 91.3), 128 in 32 x 2 x 4 94.2 ->
+     * 95.4 (16 x 2 x 1: 94.8); x torch.compile 1.05 -> 1.08 and 1.03 -> 1.04. Not measured on
+     * an H100 (97.0% of the copy ceiling there at 128 columns in the warp kernel). */
     static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
     {
-        if (!ND_LN_LEAN || elem_bytes != 2)
+        if (!ND_LN_LEAN)
             return 0;
+        if (elem_bytes == 4)
+            return !fast && ND_LN_LEAN != 2 ? 0
+                   : packs == 16            ? ND_LN_LEAN_F32_P16
+                   : packs == 32            ? ND_LN_LEAN_F32_P32
+                                            : 0;
         if (packs == 16 || packs == 32)
             return packs == 16 ? ND_LN_LEAN_P16 : ND_LN_LEAN_P32;
         if (!fast && ND_LN_LEAN != 2)
