@@ -72,12 +72,12 @@ struct nd_norm_policy {
     /* no row takes the loop kernel (rows_loop.cuh); RMSNorm's policy names its rows */
     static constexpr int loop(int, int64_t, bool) { return 0; }
     /* no row takes the lean kernel (rows_lean.cuh); LayerNorm's policy names its rows, and
-     * RMSNorm's its float32 rows of 64 and 128 columns on a fast device. RMSNorm's through its
-     * generic form, before the exact twin (H200, two alternating rounds, % of the same-run copy
-     * ceiling; bench/results/lean_h200.txt): 16-bit 64-384 columns 0.9-13 points lower in every
-     * geometry tried (three a width, 8-32 lanes), 512 and 1024 within 0.4, 640 +0.9 / +1.0
-     * (32 x 1 x 4); float32 64-256 columns -15.8 to +0.9. On an H100 (ND_ROWS_LEAN_TRY_EVERY,
-     * LayerNorm's geometries for 24, 32 and 64 packs, three alternating rounds; bench/results/
+     * RMSNorm's its float32 rows of 64 and 128 columns. RMSNorm's through its generic form, before
+     * the exact twin (H200, two alternating rounds, % of the same-run copy ceiling;
+     * bench/results/lean_h200.txt): 16-bit 64-384 columns 0.9-13 points lower in every geometry
+     * tried (three a width, 8-32 lanes), 512 and 1024 within 0.4, 640 +0.9 / +1.0 (32 x 1 x 4);
+     * float32 64-256 columns -15.8 to +0.9. On an H100 (ND_ROWS_LEAN_TRY_EVERY, LayerNorm's
+     * geometries for 24, 32 and 64 packs, three alternating rounds; bench/results/
      * lean_odd_h100.txt) 16-bit 192 columns lost 1.5-2.0, 256 0, 512 0.3-0.9. */
     static constexpr int lean(int, int64_t, bool) { return 0; }
 };

@@ -535,14 +535,14 @@ Test(gpu_rows, rows_of_8192_packs)
             }
 }
 
-/* Rows on the 16-byte grid of some widths take the lean kernel on a fast device (rows_lean.cuh;
- * the policies' lean): W lanes a row, R rows a group, NW warps a block, one unit of 32 / W x R x
- * NW rows a block. LayerNorm's 16-bit rows of 128, 256 (these two on every device), 512 and 1024
- * columns, softmax's and log_softmax's of 1024, softmax's of 512; LayerNorm's and RMSNorm's
- * float32 rows of 64 and 128. Those widths and 640 and 768 beside them, every op and dtype
- * (where others take other kernels: the same answers), with row counts that end part-way
- * through a warp's rows and a block's warps; the plans of some, and of the same rows off the
- * grid. */
+/* Rows on the 16-byte grid of some widths take the lean kernel (rows_lean.cuh; the policies'
+ * lean): W lanes a row, R rows a group, NW warps a block, one unit of 32 / W x R x NW rows a
+ * block. LayerNorm's and RMSNorm's float32 rows of 64 and 128 columns and LayerNorm's 16-bit rows
+ * of 128 and 256 on every device; on a fast one also LayerNorm's 16-bit rows of 512 and 1024,
+ * softmax's and log_softmax's of 1024, softmax's of 512. Those widths and 640 and 768 beside
+ * them, every op and dtype (where others take other kernels: the same answers), with row counts
+ * that end part-way through a warp's rows and a block's warps; the plans of some, and of the
+ * same rows off the grid. */
 Test(gpu_rows, lean_kernel_many_rows)
 {
     need_device();
@@ -560,10 +560,15 @@ Test(gpu_rows, lean_kernel_many_rows)
                                    v == 2 ? 1e4 : 0.0, case_std(ops[o])};
                         run_case(&c, &rng);
                     }
-    /* LayerNorm's 16-bit 128 and 256 columns on every device, in the exact twin */
+    /* LayerNorm's 16-bit 128 and 256 columns, LayerNorm's and RMSNorm's float32 64 and 128, on
+     * every device, in the exact twin */
     static const plan_case anywhere[] = {
         {ND_OP_LAYERNORM, ND_BFLOAT16, 128, 0, "lean W=8 packs=2 R=4 warps=1 exact "},
-        {ND_OP_LAYERNORM, ND_FLOAT16, 256, 0, "lean W=16 packs=2 R=2 warps=1 exact "}};
+        {ND_OP_LAYERNORM, ND_FLOAT16, 256, 0, "lean W=16 packs=2 R=2 warps=1 exact "},
+        {ND_OP_LAYERNORM, ND_FLOAT32, 64, 0, "lean W=8 packs=2 R=2 warps=4 exact "},
+        {ND_OP_LAYERNORM, ND_FLOAT32, 128, 0, "lean W=32 packs=1 R=2 warps=4 exact "},
+        {ND_OP_RMSNORM, ND_FLOAT32, 64, 0, "lean W=8 packs=2 R=2 warps=4 exact "},
+        {ND_OP_RMSNORM, ND_FLOAT32, 128, 0, "lean W=32 packs=1 R=2 warps=4 exact "}};
     check_plans(anywhere, sizeof anywhere / sizeof anywhere[0], NULL, NULL);
     /* on a fast device, rows that fill every lane in the exact twin (ND_ROWS_LEAN_EXACT);
      * elsewhere, and where NULL, any plan but a lean one */
@@ -576,10 +581,6 @@ Test(gpu_rows, lean_kernel_many_rows)
         {ND_OP_LOG_SOFTMAX, ND_FLOAT16, 512, 0, NULL},
         {ND_OP_LAYERNORM, ND_FLOAT16, 256, 1, NULL},
         {ND_OP_SOFTMAX, ND_FLOAT16, 1024, 3, NULL},
-        {ND_OP_LAYERNORM, ND_FLOAT32, 64, 0, "lean W=8 packs=2 R=2 warps=4 exact "},
-        {ND_OP_LAYERNORM, ND_FLOAT32, 128, 0, "lean W=32 packs=1 R=2 warps=4 exact "},
-        {ND_OP_RMSNORM, ND_FLOAT32, 64, 0, "lean W=8 packs=2 R=2 warps=4 exact "},
-        {ND_OP_RMSNORM, ND_FLOAT32, 128, 0, "lean W=32 packs=1 R=2 warps=4 exact "},
         {ND_OP_RMSNORM, ND_FLOAT32, 132, 0, NULL},
         {ND_OP_LAYERNORM, ND_FLOAT32, 64, 1, NULL},
         {ND_OP_LAYERNORM, ND_FLOAT32, 256, 0, NULL},
