@@ -346,9 +346,8 @@ struct nd_layernorm_policy : nd_norm_policy {
      * 384 (-0.2 to -11.1), 640 (+0.1 to -7.9); and 768 (32 lanes, 1 x 1 and 1 x 4: -2.9 to
      * +1.8 in two runs; the warp kernel's exact twin keeps it, ND_LN_LEAN_P96 0). float32 rows
      * of 64-256 columns moved within -16.3 to +1.1 in the generic kernel (64 and 128 take the
-     * exact twin now, below). Also tried: rstd =
-     * rsqrtf(var + eps) for 1 / sqrtf (as PyTorch's kernels): within -0.4 to +0.4 at 256-1024
-     * columns, not kept.
+     * exact twin now, below). Also tried: rstd = rsqrtf(var + eps) for 1 / sqrtf (as PyTorch's
+     * kernels): within -0.4 to +0.4 at 256-1024 columns, not kept.
      * On an H100 (every device, ND_LN_LEAN 2, against the warp kernels; three alternating
      * rounds, bench/results/lean_h100.txt), bfloat16 / float16: 128 columns 94.5 / 96.2 -> 96.8
      * / 96.8, 256 95.8 / 96.0 -> 96.5 / 96.4, 512 98.3 / 98.3 -> 97.6 / 97.7, 1024 99.1 / 99.2
