@@ -82,14 +82,6 @@
 #define ND_LN_WARP_BLOCKS56 6
 #endif
 
-/* nd_layernorm_op::min_blocks: warp-kernel lanes of at most 2 packs (16-bit) or 4 (float32),
- * for A/B runs. At 9 or 8, H200, three alternating rounds: 16-bit 32 and 64 columns lost up to 6
- * points (spills), float32 128 / 256 0.4-2.1; float32 64 93.3 -> 95.0 at 9, within 0.2 at 8
- * (bench/results/warp_short_blocks_h200.txt). */
-#ifndef ND_LN_WARP_BLOCKS_SHORT
-#define ND_LN_WARP_BLOCKS_SHORT 7
-#endif
-
 #ifndef ND_LN_HOLD4 /* 1: 16-bit warp-kernel lanes of 4 packs hold their parameters, at 5 blocks an SM */
 #define ND_LN_HOLD4 1
 #endif
@@ -461,13 +453,16 @@ struct nd_layernorm_op {
                                       : elem_bytes == 2 && packs >= 5 ? ND_LN_WARP_BLOCKS56
                                       : elem_bytes == 2 && packs == 4 && ND_LN_HOLD4 ? 5
                                       : elem_bytes == 2 && packs == 3 ? b3
-                                      : packs <= (elem_bytes == 4 ? 4 : 2) ? ND_LN_WARP_BLOCKS_SHORT
-                                                                            : 7)
+                                                                      : 7)
                : threads == 128 && packs <= 3 ? 9
                : elem_bytes == 2 && packs >= 7 && threads <= 256 ? 896 / threads
                                                                  : 0;
     }
-    /* Tried: 16-bit rows in the plain block kernel at 4 packs a thread in larger blocks (up to
+    /* Tried (H200, three alternating rounds, bench/results/warp_short_blocks_h200.txt): warp-kernel
+     * lanes of at most 2 packs (16-bit) or 4 (float32) at 9 or 8 blocks instead of 7: 16-bit 32
+     * and 64 columns lost up to 6 points (spills), float32 128 / 256 0.4-2.1; float32 64 gained
+     * 93.3 -> 95.0 at 9, and takes the lean kernel now (nd_layernorm_policy::lean). Not kept.
+     * Tried: 16-bit rows in the plain block kernel at 4 packs a thread in larger blocks (up to
      * 512 threads) instead of 8, which spill 276 bytes a thread at the 64-register cap (nvcc 13,
      * -Xptxas -v; 4 and 5 packs spill none). H200, three runs each: 8192 columns 86.7 -> 87.9% of
      * the copy ceiling, 16384 87.5 -> 81.5, 2048-4096 and 32768 unchanged. Not kept.
