@@ -140,8 +140,8 @@
 
 /* nd_layernorm_policy::lean: 1 as measured; 0 none (A/B runs); 2 the fast device's rows on
  * every device (A/B runs). ND_LN_LEAN_P<n>: the geometry (nd_lean_code(lanes a row, rows a
- * group, warps a block), 0: none) of 16-bit rows of n packs; ND_LN_LEAN_F32_P<n>: of float32
- * rows. */
+ * group, warps a block), 0: none) of 16-bit rows of n packs (float32 rows:
+ * nd_norm_policy::lean). */
 #ifndef ND_LN_LEAN
 #define ND_LN_LEAN 1
 #endif
@@ -162,13 +162,6 @@
 #endif
 #ifndef ND_LN_LEAN_P80 /* 16-bit rows of 80 packs (640 columns) on a device not of the fast class */
 #define ND_LN_LEAN_P80 nd_lean_code(32, 2, 1)
-#endif
-/* float32 rows of 16 and 32 packs (64 and 128 columns), on every device */
-#ifndef ND_LN_LEAN_F32_P16
-#define ND_LN_LEAN_F32_P16 nd_lean_code(8, 2, 4)
-#endif
-#ifndef ND_LN_LEAN_F32_P32
-#define ND_LN_LEAN_F32_P32 nd_lean_code(32, 2, 4)
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -354,20 +347,15 @@ struct nd_layernorm_policy : nd_norm_policy {
      * 97.2 / 97.0 -> 97.8 / 97.6; the committed rule in another call 97.2 / 97.0 -> 97.9 / 97.4.
      * So rows of 80 packs take it on a device not of the fast class (ND_LN_LEAN_P80); on an H200
      * 640 columns lost in all three geometries tried above.
-     * float32 rows of 64 and 128 columns, since the exact twin, on every device
-     * (ND_LN_LEAN_F32_P16 / _P32). Three alternating rounds against the warp kernel's exact
-     * twins, % of the same-run copy ceiling: H200 (bench/results/lean_f32_h200.txt) 64 columns
-     * in 8 lanes x 2 rows x 4 warps 93.2 -> 96.2 (8 x 4 x 1: 91.3), 128 in 32 x 2 x 4 94.2 ->
-     * 95.4 (16 x 2 x 1: 94.8), x torch.compile 1.05 -> 1.08 and 1.03 -> 1.04; H100
-     * (lean_f32_h100.txt) 64 96.2 -> 103.2, x torch.compile 1.00 -> 1.08, 128 97.0 -> 96.9.
-     * The same blocks of 4 warps for 16-bit rows of 64-384 columns lost 0.5-8.6 points on an
+     * float32 rows of 64 and 128 columns take nd_norm_policy::lean's rule, since the exact
+     * twin; its blocks of 4 warps for 16-bit rows of 64-384 columns lost 0.5-8.6 points on an
      * H200 (lean_nw4_h200.txt). */
     static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
     {
         if (!ND_LN_LEAN)
             return 0;
         if (elem_bytes == 4)
-            return packs == 16 ? ND_LN_LEAN_F32_P16 : packs == 32 ? ND_LN_LEAN_F32_P32 : 0;
+            return nd_norm_policy::lean(elem_bytes, packs, fast);
         if (packs == 16 || packs == 32)
             return packs == 16 ? ND_LN_LEAN_P16 : ND_LN_LEAN_P32;
         if (!fast && ND_LN_LEAN != 2)

@@ -23,6 +23,15 @@
  * Policies: the tuned numbers, one place for both ops.
  * ------------------------------------------------------------------------------------------- */
 
+/* nd_norm_policy::lean's geometries (nd_lean_code(lanes a row, rows a group, warps a block),
+ * 0: none) for float32 rows of 16 and 32 packs */
+#ifndef ND_NORM_LEAN_F32_P16
+#define ND_NORM_LEAN_F32_P16 nd_lean_code(8, 2, 4)
+#endif
+#ifndef ND_NORM_LEAN_F32_P32
+#define ND_NORM_LEAN_F32_P32 nd_lean_code(32, 2, 4)
+#endif
+
 struct nd_norm_policy {
     static constexpr int kRegBytes = 128;    /* bytes of the row per thread held in registers */
     /* Packs a lane of the warp kernel loads before its first reduction (R = that / packs rows,
@@ -71,15 +80,33 @@ struct nd_norm_policy {
     static constexpr int stage_packs(int) { return 10; }
     /* no row takes the loop kernel (rows_loop.cuh); RMSNorm's policy names its rows */
     static constexpr int loop(int, int64_t, bool) { return 0; }
-    /* no row takes the lean kernel (rows_lean.cuh); LayerNorm's policy names its rows, and
-     * RMSNorm's its float32 rows of 64 and 128 columns. RMSNorm's through its generic form, before
-     * the exact twin (H200, two alternating rounds, % of the same-run copy ceiling;
-     * bench/results/lean_h200.txt): 16-bit 64-384 columns 0.9-13 points lower in every geometry
-     * tried (three a width, 8-32 lanes), 512 and 1024 within 0.4, 640 +0.9 / +1.0 (32 x 1 x 4);
-     * float32 64-256 columns -15.8 to +0.9. On an H100 (ND_ROWS_LEAN_TRY_EVERY, LayerNorm's
-     * geometries for 24, 32 and 64 packs, three alternating rounds; bench/results/
-     * lean_odd_h100.txt) 16-bit 192 columns lost 1.5-2.0, 256 0, 512 0.3-0.9. */
-    static constexpr int lean(int, int64_t, bool) { return 0; }
+    /* float32 rows of 16 and 32 packs (64 and 128 columns) take the lean kernel's exact twin
+     * (rows_lean.cuh) on every device, LayerNorm's and RMSNorm's alike: 8 lanes x 2 rows x 4
+     * warps and 32 x 2 x 4 (ND_NORM_LEAN_F32_P16 / _P32). Three alternating rounds against the
+     * warp kernel's exact twins, % of the same-run copy ceiling, LayerNorm / RMSNorm:
+     *   H200 (bench/results/lean_f32_h200.txt)   64 columns 93.2 / 95.8 -> 96.2 / 96.9 (8 x 4 x 1:
+     *                                            91.3 / 96.7); 128 94.2 / 94.0 -> 95.4 / 95.6
+     *                                            (16 x 2 x 1: 94.8 / 95.2); x torch.compile 64
+     *                                            1.05 / 1.03 -> 1.08 / 1.04, 128 1.03 / 1.02 ->
+     *                                            1.04 / 1.03
+     *   H100 (lean_f32_h100.txt)                 64 96.2 / 99.9 -> 103.2 / 103.9 (LayerNorm x
+     *                                            torch.compile 1.00 -> 1.08); 128 97.0 / 97.1 ->
+     *                                            96.9 / 98.2
+     * 16-bit rows: none here; LayerNorm's policy names its own. RMSNorm's 16-bit rows through
+     * the generic form, before the exact twin (H200, two alternating rounds; bench/results/
+     * lean_h200.txt): 64-384 columns 0.9-13 points lower in every geometry tried (three a width,
+     * 8-32 lanes), 512 and 1024 within 0.4, 640 +0.9 / +1.0 (32 x 1 x 4); in the exact twin
+     * with 4-warp blocks, 192 and 256 columns lost 0.5-3.7 (lean_nw4_h200.txt). On an H100
+     * (ND_ROWS_LEAN_TRY_EVERY, LayerNorm's geometries for 24, 32 and 64 packs, three alternating
+     * rounds; bench/results/lean_odd_h100.txt) 16-bit 192 columns lost 1.5-2.0, 256 0, 512
+     * 0.3-0.9. */
+    static constexpr int lean(int elem_bytes, int64_t packs, bool)
+    {
+        return elem_bytes != 4 ? 0
+               : packs == 16   ? ND_NORM_LEAN_F32_P16
+               : packs == 32   ? ND_NORM_LEAN_F32_P32
+                               : 0;
+    }
 };
 
 /* The policy an op runs with: Op::Policy where it names one, else nd_norm_policy. */

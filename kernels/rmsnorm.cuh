@@ -15,15 +15,6 @@
 #define ND_RMS_TILE_FULL 1
 #endif
 
-/* nd_rmsnorm_policy::lean's geometries (nd_lean_code(lanes a row, rows a group, warps a block),
- * 0: none) for float32 rows of 16 and 32 packs */
-#ifndef ND_RMS_LEAN_F32_P16
-#define ND_RMS_LEAN_F32_P16 nd_lean_code(8, 2, 4)
-#endif
-#ifndef ND_RMS_LEAN_F32_P32
-#define ND_RMS_LEAN_F32_P32 nd_lean_code(32, 2, 4)
-#endif
-
 #ifndef ND_RMS_LOOP /* 1: nd_rmsnorm_policy::loop names the rows below; 0: none */
 #define ND_RMS_LOOP 1
 #endif
@@ -73,21 +64,6 @@ struct nd_rmsnorm_policy : nd_norm_policy {
     static constexpr int rows_in_flight(int w, int packs)
     {
         return w == 4 ? 4 : w == 8 && packs <= 2 ? 8 : 2;
-    }
-    /* float32 rows of 16 and 32 packs (64 and 128 columns) take the lean kernel's exact twin on
-     * every device (rows_lean.cuh): 8 lanes x 2 rows x 4 warps and 32 x 2 x 4
-     * (ND_RMS_LEAN_F32_P16 / _P32). Three alternating rounds against the warp kernel's exact
-     * twins, % of the same-run copy ceiling: H200 (bench/results/lean_f32_h200.txt) 64 columns
-     * 95.8 -> 96.9 (8 x 4 x 1: 96.7), 128 94.0 -> 95.6 (16 x 2 x 1: 95.2), x torch.compile 1.03
-     * -> 1.04 and 1.02 -> 1.03; H100 (lean_f32_h100.txt) 64 99.9 -> 103.9, 128 97.1 -> 98.2.
-     * Its 16-bit rows stay out of it (nd_norm_policy::lean; 4-warp blocks at 192 and 256
-     * columns lost 0.5-3.7 on an H200, lean_nw4_h200.txt). */
-    static constexpr int lean(int elem_bytes, int64_t packs, bool)
-    {
-        return elem_bytes != 4 ? 0
-               : packs == 16   ? ND_RMS_LEAN_F32_P16
-               : packs == 32   ? ND_RMS_LEAN_F32_P32
-                               : 0;
     }
     static constexpr int sub_full(int elem_bytes)
     {
