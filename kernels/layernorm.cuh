@@ -151,6 +151,9 @@
 #ifndef ND_LN_LEAN_P32
 #define ND_LN_LEAN_P32 nd_lean_code(16, 2, 1)
 #endif
+#ifndef ND_LN_LEAN_P48
+#define ND_LN_LEAN_P48 nd_lean_code(16, 1, 1)
+#endif
 #ifndef ND_LN_LEAN_P64
 #define ND_LN_LEAN_P64 nd_lean_code(32, 2, 1)
 #endif
@@ -349,7 +352,17 @@ struct nd_layernorm_policy : nd_norm_policy {
      * 640 columns lost in all three geometries tried above.
      * float32 rows of 64 and 128 columns take nd_norm_policy::lean's rule, since the exact
      * twin; its blocks of 4 warps for 16-bit rows of 64-384 columns lost 0.5-8.6 points on an
-     * H200 (lean_nw4_h200.txt). */
+     * H200 (lean_nw4_h200.txt).
+     * In the exact twin on an H200, against the warp kernel's exact twins (three alternating
+     * rounds in each of two calls, float16 / bfloat16; bench/results/lean_short_h200.txt): rows
+     * of 48 packs (384 columns) in 16 x 1 x 1 94.0 / 93.1 -> 94.6 / 93.4 and 94.0 / 92.9 ->
+     * 94.7 / 93.3 (x torch.compile 0.98 / 0.98 -> 0.99 / 0.98 and 0.98 / 0.97 -> 0.99 / 0.97),
+     * so they take it on a fast device (ND_LN_LEAN_P48); 16 x 2 x 1 93.7 / 93.1, 32 x 2 x 1
+     * 87.7 / 83.3. Rows of 24 packs (192) lost or stayed within 0.4 in each geometry, against
+     * 90.3-90.5 / 87.8-88.1: 8 x 2 x 1 88.7 / 88.2, 8 x 4 x 1
+     * 78.9 / 77.0, 32 x 2 x 1 61.8 / 61.4, and 32 x 4 x 1 77.1 / 75.5, torch.compile's layout
+     * (one pack a lane, 24 of 32 lanes busy, 4 rows a warp); rows of 8 packs (64) 8 x 4 x 1 86.6
+     * / 85.9, 8 x 2 x 1 78.5 / 78.7 against the tile kernel's 92.1 / 90.3. */
     static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
     {
         if (!ND_LN_LEAN)
@@ -360,8 +373,8 @@ struct nd_layernorm_policy : nd_norm_policy {
             return packs == 16 ? ND_LN_LEAN_P16 : ND_LN_LEAN_P32;
         if (!fast && ND_LN_LEAN != 2)
             return packs == 80 ? ND_LN_LEAN_P80 : 0;
-        return packs == 64 ? ND_LN_LEAN_P64 : packs == 96 ? ND_LN_LEAN_P96
-               : packs == 128 ? ND_LN_LEAN_P128 : 0;
+        return packs == 48 ? ND_LN_LEAN_P48 : packs == 64 ? ND_LN_LEAN_P64
+               : packs == 96 ? ND_LN_LEAN_P96 : packs == 128 ? ND_LN_LEAN_P128 : 0;
     }
     /* Tried after (H100, three alternating rounds, bench/results/rows_hold_h100.txt), none kept:
      *   16-bit rows of 32-63 packs at 2 packs a lane too (256 columns: 16 lanes, parameters

@@ -29,6 +29,10 @@
 #define ND_RMS_LOOP32_1024 nd_loop_code(512, 2)
 #endif
 
+#ifndef ND_RMS_LEAN_P24 /* nd_rmsnorm_policy::lean: 16-bit rows of 24 packs on a fast device (0: none) */
+#define ND_RMS_LEAN_P24 nd_lean_code(8, 4, 1)
+#endif
+
 #ifndef ND_RMS_SUB_FULL16 /* nd_rmsnorm_policy::sub_full(2) */
 #define ND_RMS_SUB_FULL16 16
 #endif
@@ -44,6 +48,18 @@
  * columns through the tile kernel, and float32, lost up to 14 points or was within 1 on the H200
  * (bench/results/rows_tile_h200.txt). */
 struct nd_rmsnorm_policy : nd_norm_policy {
+    /* nd_norm_policy's lean rows, and on a fast device 16-bit rows of 24 packs (192 columns) in
+     * the lean kernel's exact twin, 8 lanes x 4 rows x 1 warp (ND_RMS_LEAN_P24). H200, three
+     * alternating rounds in each of two calls against the warp kernel's exact twin, float16 /
+     * bfloat16 % of the copy ceiling (bench/results/lean_short_h200.txt): 94.7 / 94.5 -> 95.7 /
+     * 94.8 and 94.5 / 94.1 -> 94.5 / 94.9 (x torch.compile 1.00 / 0.98 -> 1.01 / 0.98); 8 x 2 x 1
+     * 93.1 / 93.0, 32 x 4 x 1 90.2 / 91.5. */
+    static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
+    {
+        if (elem_bytes == 2 && packs == 24 && fast)
+            return ND_RMS_LEAN_P24;
+        return nd_norm_policy::lean(elem_bytes, packs, fast);
+    }
     /* Rows of more than 32 chunks (float32 1048576 columns) on a fast device: chunks of 512
      * threads, not 256 (16-bit chunks are 512 already). H200, three alternating rounds
      * (bench/results/split_threads_h200.txt): float32 128x1048576 80.5 -> 83.1% of the copy

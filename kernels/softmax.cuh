@@ -158,13 +158,18 @@ template <bool LOG> struct nd_softmax_policy {
      * (1 x 2: 98.3 / 98.6), 512 96.5 / 96.5 -> 97.5 / 97.5; log_softmax 1024 97.7 / 97.3 ->
      * 99.5 / 98.4. Not taken: log_softmax 512 (1 x 4: 96.8 / 96.4 -> 96.2 / 96.8; 2 x 4: 93.8 /
      * 94.0), 256 (2 rows of 4 warps: 95 -> 76-81), and 2 or 4 rows a warp at 512-1024
-     * (93.8-97.6). */
+     * (93.8-97.6). log_softmax's 16-bit rows of 128 columns (16 packs) take the exact twin in 8
+     * lanes x 2 rows x 4 warps, against the tile kernel: H200, three alternating rounds in each
+     * of three calls, bfloat16 / float16 94.7 / 94.7 -> 95.1 / 95.7 (lean_nw4_h200.txt), 95.6 /
+     * 96.0 -> 96.4 / 96.5 and 94.3 / 95.3 -> 95.9 / 96.0 (x torch.compile 1.15 / 1.16 -> 1.15 /
+     * 1.17; bench/results/lean_short_h200.txt); softmax's lost 5 points there. */
     static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
     {
         if (ND_SM_LEAN == 0 || elem_bytes != 2 || (!fast && ND_SM_LEAN != 2))
             return 0;
         return packs == 128            ? nd_lean_code(32, 1, 1)
                : packs == 64 && !LOG ? nd_lean_code(32, 1, 4)
+               : packs == 16 && LOG  ? nd_lean_code(8, 2, 4)
                                      : 0;
     }
     /* Threads of a split kernel's chunk block (rows_split.cuh): 256, 8 packs each (32 KB of

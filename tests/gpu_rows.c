@@ -538,17 +538,17 @@ Test(gpu_rows, rows_of_8192_packs)
 /* Rows on the 16-byte grid of some widths take the lean kernel (rows_lean.cuh; the policies'
  * lean): W lanes a row, R rows a group, NW warps a block, one unit of 32 / W x R x NW rows a
  * block. LayerNorm's and RMSNorm's float32 rows of 64 and 128 columns and LayerNorm's 16-bit rows
- * of 128 and 256 on every device; on a fast one also LayerNorm's 16-bit rows of 512 and 1024,
- * softmax's and log_softmax's of 1024, softmax's of 512. Those widths and 640 and 768 beside
- * them, every op and dtype (where others take other kernels: the same answers), with row counts
- * that end part-way through a warp's rows and a block's warps; the plans of some, and of the
- * same rows off the grid. */
+ * of 128 and 256 on every device; on a fast one also LayerNorm's 16-bit rows of 384, 512 and
+ * 1024, RMSNorm's of 192, softmax's and log_softmax's of 1024, softmax's of 512, log_softmax's
+ * of 128. Those widths and 640 and 768 beside them, every op and dtype (where others take other
+ * kernels: the same answers), with row counts that end part-way through a warp's rows and a
+ * block's warps; the plans of some, and of the same rows off the grid. */
 Test(gpu_rows, lean_kernel_many_rows)
 {
     need_device();
     static const nd_op ops[] = {ND_OP_LAYERNORM, ND_OP_SOFTMAX, ND_OP_LOG_SOFTMAX, ND_OP_RMSNORM};
     static const nd_dtype dts[] = {ND_FLOAT16, ND_BFLOAT16, ND_FLOAT32};
-    static const int64_t widths[] = {64, 128, 256, 512, 640, 768, 1024};
+    static const int64_t widths[] = {64, 128, 192, 256, 384, 512, 640, 768, 1024};
     static const int64_t rows[] = {1, 2, 3, 9, 41, 301};
     uint64_t rng = 0x6300;
     for (int o = 0; o < 4; o++)
@@ -578,7 +578,12 @@ Test(gpu_rows, lean_kernel_many_rows)
         {ND_OP_SOFTMAX, ND_BFLOAT16, 1024, 0, "lean W=32 packs=4 R=1 warps=1 exact "},
         {ND_OP_SOFTMAX, ND_FLOAT16, 512, 0, "lean W=32 packs=2 R=1 warps=4 exact "},
         {ND_OP_LOG_SOFTMAX, ND_FLOAT16, 1024, 0, "lean W=32 packs=4 R=1 warps=1 exact "},
+        {ND_OP_LAYERNORM, ND_FLOAT16, 384, 0, "lean W=16 packs=3 R=1 warps=1 exact "},
+        {ND_OP_RMSNORM, ND_BFLOAT16, 192, 0, "lean W=8 packs=3 R=4 warps=1 exact "},
+        {ND_OP_LOG_SOFTMAX, ND_BFLOAT16, 128, 0, "lean W=8 packs=2 R=2 warps=4 exact "},
         {ND_OP_LOG_SOFTMAX, ND_FLOAT16, 512, 0, NULL},
+        {ND_OP_LAYERNORM, ND_BFLOAT16, 192, 0, NULL},
+        {ND_OP_SOFTMAX, ND_FLOAT16, 128, 0, NULL},
         {ND_OP_LAYERNORM, ND_FLOAT16, 256, 1, NULL},
         {ND_OP_SOFTMAX, ND_FLOAT16, 1024, 3, NULL},
         {ND_OP_RMSNORM, ND_FLOAT32, 132, 0, NULL},
