@@ -162,7 +162,9 @@ template <bool LOG> struct nd_softmax_policy {
      * lanes x 2 rows x 4 warps, against the tile kernel: H200, three alternating rounds in each
      * of three calls, bfloat16 / float16 94.7 / 94.7 -> 95.1 / 95.7 (lean_nw4_h200.txt), 95.6 /
      * 96.0 -> 96.4 / 96.5 and 94.3 / 95.3 -> 95.9 / 96.0 (x torch.compile 1.15 / 1.16 -> 1.15 /
-     * 1.17; bench/results/lean_short_h200.txt); softmax's lost 5 points there. */
+     * 1.17; bench/results/lean_short_h200.txt); softmax's lost 5 points there. A lead, one call
+     * (lean_short_h200.txt, call 4): log_softmax's 16-bit rows of 256 columns in the exact twin,
+     * 16 x 2 x 1, float16 94.9 -> 96.7, bfloat16 95.0 -> 94.9 (16 x 1 x 1: 81). */
     static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
     {
         if (ND_SM_LEAN == 0 || elem_bytes != 2 || (!fast && ND_SM_LEAN != 2))
