@@ -359,10 +359,11 @@ struct nd_layernorm_policy : nd_norm_policy {
      * 94.7 / 93.3 (x torch.compile 0.98 / 0.98 -> 0.99 / 0.98 and 0.98 / 0.97 -> 0.99 / 0.97),
      * so they take it on a fast device (ND_LN_LEAN_P48); 16 x 2 x 1 93.7 / 93.1, 32 x 2 x 1
      * 87.7 / 83.3. Rows of 24 packs (192) lost or stayed within 0.4 in each geometry, against
-     * 90.3-90.5 / 87.8-88.1: 8 x 2 x 1 88.7 / 88.2, 8 x 4 x 1
-     * 78.9 / 77.0, 32 x 2 x 1 61.8 / 61.4, and 32 x 4 x 1 77.1 / 75.5, torch.compile's layout
-     * (one pack a lane, 24 of 32 lanes busy, 4 rows a warp); rows of 8 packs (64) 8 x 4 x 1 86.6
-     * / 85.9, 8 x 2 x 1 78.5 / 78.7 against the tile kernel's 92.1 / 90.3. */
+     * 90.3-90.5 / 87.8-88.1: 8 x 2 x 1 88.7 / 88.2, 8 x 4 x 1 78.9 / 77.0, 32 x 2 x 1 61.8 /
+     * 61.4, and 32 x 4 x 1 77.1 / 75.5, torch.compile's layout (one pack a lane, 24 of 32 lanes
+     * busy, 4 rows a warp); rows of 8 packs (64) 8 x 4 x 1 86.6 / 85.9, 8 x 2 x 1 78.5 / 78.7
+     * against the tile kernel's 92.1 / 90.3; and in a third call 16 x 4 x 1 for 16 packs (128)
+     * and 32 x 2 x 1 for 32 (256) lost 4.8-15.2 against 8 x 4 x 1 and 16 x 2 x 1. */
     static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
     {
         if (!ND_LN_LEAN)
