@@ -24,9 +24,9 @@
  * NW) are the op's policy's lean(element bytes, packs, fast), measured per op: LayerNorm's
  * 16-bit rows of 128, 256, 512 and 1024 columns (+1.6 to +6.6 points of the copy ceiling),
  * softmax's of 512 and 1024 and log_softmax's of 1024 (+1 to +1.8) take it on an H200, and in
- * the exact twin LayerNorm's of 384, RMSNorm's of 192 and log_softmax's of 128 (0 to +1.6,
- * bench/results/lean_short_h200.txt); LayerNorm's of 128 and 256 columns on an H100 too (+0.4
- * to +2.3), and of 640 on an H100 only (+0.4 to +0.7);
+ * the exact twin LayerNorm's of 384, RMSNorm's of 192 and log_softmax's of 128 and 256 (-0.5
+ * to +1.8, bench/results/lean_short_h200.txt, lean_ls256_h200.txt); LayerNorm's of 128 and 256
+ * columns on an H100 too (+0.4 to +2.3), and of 640 on an H100 only (+0.4 to +0.7);
  * LayerNorm's and RMSNorm's float32 rows of 64 and 128 columns, in blocks of 4 warps, on every
  * device (+1.1 to +7 at 64 columns; bench/results/lean_f32_h200.txt, lean_f32_h100.txt).
  * Rows that fill every lane (W x PK packs) take the exact twin, whose row length is a

@@ -162,18 +162,23 @@ template <bool LOG> struct nd_softmax_policy {
      * lanes x 2 rows x 4 warps, against the tile kernel: H200, three alternating rounds in each
      * of three calls, bfloat16 / float16 94.7 / 94.7 -> 95.1 / 95.7 (lean_nw4_h200.txt), 95.6 /
      * 96.0 -> 96.4 / 96.5 and 94.3 / 95.3 -> 95.9 / 96.0 (x torch.compile 1.15 / 1.16 -> 1.15 /
-     * 1.17; bench/results/lean_short_h200.txt); softmax's lost 5 points there. A lead, one call
-     * (lean_short_h200.txt, call 4): log_softmax's 16-bit rows of 256 columns in the exact twin,
-     * 16 x 2 x 1, float16 94.9 -> 96.7, bfloat16 95.0 -> 94.9 (16 x 1 x 1: 81). */
+     * 1.17; bench/results/lean_short_h200.txt); softmax's lost 5 points there. log_softmax's
+     * 16-bit rows of 256 columns (32 packs) take the exact twin in 16 x 2 x 1, against the warp
+     * kernel's exact twin (8 lanes x 4 packs): H200, three alternating rounds in each of two
+     * calls, float16 94.9 -> 96.7 and 94.6 -> 96.0, bfloat16 95.0 -> 94.9 and 94.7 -> 94.2; x
+     * torch.compile (round 1) float16 1.09 -> 1.11 and 1.07 -> 1.09, bfloat16 1.17 / 1.19 both
+     * ways (lean_short_h200.txt call 4, lean_ls256_h200.txt). 16 x 1 x 1 ran at 81. */
     static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
     {
         if (ND_SM_LEAN == 0 || elem_bytes != 2 || (!fast && ND_SM_LEAN != 2))
             return 0;
         return packs == 128            ? nd_lean_code(32, 1, 1)
                : packs == 64 && !LOG ? nd_lean_code(32, 1, 4)
+               : packs == 32 && LOG  ? nd_lean_code(16, 2, 1)
                : packs == 16 && LOG  ? nd_lean_code(8, 2, 4)
                                      : 0;
     }
+
     /* Threads of a split kernel's chunk block (rows_split.cuh): 256, 8 packs each (32 KB of
      * float32, 64 KB of 16-bit). H100, three alternating rounds, 512 -> 256, % of the copy
      * ceiling: float32 softmax / log_softmax 128x1048576 83.2 / 83.7 -> 85.0 / 85.4, 512x262144
