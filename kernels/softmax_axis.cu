@@ -131,6 +131,19 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_TILE_MAX32 /* the same for float32 */
 #define ND_AXIS_TILE_MAX32 16
 #endif
+/* The narrowest tile, in packs, where an inner row is cut, and the most blocks (a cluster) a slab
+ * plan gives a tile before it cuts the tile narrower. H200, three alternating rounds, tiles cut
+ * down to 1 pack so that a tile takes at most 1, 2 or 4 blocks (ncu had put 12% of the 16-bit
+ * (32,1000,56,56) slab kernel's stall samples on its cluster barrier): every narrower tile lost,
+ * the more the narrower, (32,1000,56,56) 16-bit 70-71% of the copy ceiling -> 64-66 (4 packs, 3
+ * blocks), 57-59 (2 packs), 31 (1 pack); (512,896,4,12) in 2-3 blocks 43-47, float32 60-61
+ * (bench/results/axis_clusters_h200.txt). */
+#ifndef ND_AXIS_TILE_MIN
+#define ND_AXIS_TILE_MIN 4
+#endif
+#ifndef ND_AXIS_SLAB_MAX_CLUSTER
+#define ND_AXIS_SLAB_MAX_CLUSTER 8
+#endif
 #ifndef ND_AXIS_SLAB_SPLIT /* 0: never take the two-pass slab path (A/B runs) */
 #define ND_AXIS_SLAB_SPLIT 1
 #endif
@@ -755,7 +768,8 @@ struct slab_policy {
      * ceiling, 6 packs 71-73, 5 packs 64-67 (more blocks a slab, more cluster traffic). */
     static constexpr int max_packs(size_t es) { return es == 2 ? ND_AXIS_SLAB_PACKS16 : 8; }
     static constexpr int max_q = 64;        /* 16-byte packs of a tile row (512 16-bit elements) */
-    static constexpr int tile_min = 4;      /* narrowest tile (64 bytes) where a row is cut */
+    static constexpr int tile_min = ND_AXIS_TILE_MIN; /* narrowest tile where a row is cut (4
+                                                          packs: 64 bytes) */
     /* widest (H100, three alternating rounds, bench/results/axis_tiles_h100.txt): 16-bit at 16
      * packs against 8, (128,128,16,16) 75-78 -> 68-70% of the copy ceiling, (32,1000,56,56)
      * unchanged; 64 packs lost 10-17 points for both dtypes. float32 at 16 packs (64 elements,
@@ -767,6 +781,9 @@ struct slab_policy {
         return es == 2 ? ND_AXIS_TILE_MAX16 : ND_AXIS_TILE_MAX32;
     }
     static constexpr int max_cluster = 8;   /* portable cluster size */
+    /* the plan's: a tile that needs more blocks is cut narrower */
+    static constexpr int plan_cluster = ND_AXIS_SLAB_MAX_CLUSTER;
+    static_assert(plan_cluster >= 1 && plan_cluster <= max_cluster, "a portable cluster");
     static constexpr int fill_blocks_per_sm = 2; /* fewer blocks than this per SM: column plan */
 };
 
@@ -1736,8 +1753,8 @@ static int slab_layout(const nd_softmax_args *a, size_t es, int tile_max, slab_g
 
 /*
  * The slab plan (softmax_axis_slab), or false where another is the choice: the slab layout, the
- * fewest blocks per slab (up to a cluster of 8) that hold it at max_packs a thread, leaving at
- * least min_packs, and enough slabs to give every SM fill_blocks_per_sm blocks.
+ * fewest blocks per slab (up to a cluster of plan_cluster) that hold it at max_packs a thread,
+ * leaving at least min_packs, and enough slabs to give every SM fill_blocks_per_sm blocks.
  */
 static bool plan_slab(const nd_softmax_args *a, size_t es, int sms, slab_geom *g, int *threads,
                       int *packs)
@@ -1749,7 +1766,7 @@ static bool plan_slab(const nd_softmax_args *a, size_t es, int sms, slab_geom *g
         if (nt == 0)
             return false;
         const int64_t S = g->packs, units = a->outer * g->tiles;
-        for (int c = 1; c <= pol::max_cluster; c++) {
+        for (int c = 1; c <= pol::plan_cluster; c++) {
             const int64_t G = (int64_t)c * nt;
             if (S > G * pol::max_packs(es))
                 continue;
