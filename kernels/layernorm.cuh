@@ -44,6 +44,24 @@
 #define ND_LAYERNORM_CUH
 #include "norm.cuh"
 
+/* 1: where a group of lanes all-reduces R > 1 16-bit rows together (the lean kernel) and each
+ * lane holds at most ND_LN_SPREAD_MAX_N elements of a row, each lane finishes one row's
+ * statistics and takes the others' by shuffle (nd_layernorm_op::row_sums); 0: every lane
+ * finishes every row. The same bits either way. A finish is ~40 instructions with a division, a
+ * square root and double arithmetic (static SASS, 8 lanes x 2 packs x 4 rows: 1304 -> 1176
+ * instructions spread). H200, three alternating rounds (bench/results/ln_spread_h200.txt):
+ * 16-bit 64 columns in 8 lanes x 4 rows (1 pack a lane) ran 86.6 / 85.9% of the copy ceiling
+ * without it (lean_short_h200.txt) and 94.7 / 94.1 with it (float16 / bfloat16), where the warp
+ * kernel's exact twin (4 lanes x 2 packs) ran 92.9 / 91.3; but 128 columns in 8 x 4 x 1 (2
+ * packs a lane) lost, 92.9 / 91.7 -> 87.7 / 89.7, 256 in 16 x 2 x 1 0 / -0.7, float32 64 and
+ * 128 +0.3 / -0.7. */
+#ifndef ND_LN_SPREAD_FINISH
+#define ND_LN_SPREAD_FINISH 1
+#endif
+#ifndef ND_LN_SPREAD_MAX_N
+#define ND_LN_SPREAD_MAX_N 8
+#endif
+
 #ifndef ND_LN_PARAM_HOLD16 /* nd_layernorm_op::param_hold: 16-bit lanes of up to this many packs */
 #define ND_LN_PARAM_HOLD16 2
 #endif
@@ -144,6 +162,9 @@
  * nd_norm_policy::lean). */
 #ifndef ND_LN_LEAN
 #define ND_LN_LEAN 1
+#endif
+#ifndef ND_LN_LEAN_P8
+#define ND_LN_LEAN_P8 nd_lean_code(8, 4, 1)
 #endif
 #ifndef ND_LN_LEAN_P16
 #define ND_LN_LEAN_P16 nd_lean_code(8, 4, 1)
@@ -363,7 +384,16 @@ struct nd_layernorm_policy : nd_norm_policy {
      * 61.4, and 32 x 4 x 1 77.1 / 75.5, torch.compile's layout (one pack a lane, 24 of 32 lanes
      * busy, 4 rows a warp); rows of 8 packs (64) 8 x 4 x 1 86.6 / 85.9, 8 x 2 x 1 78.5 / 78.7
      * against the tile kernel's 92.1 / 90.3; and in a third call 16 x 4 x 1 for 16 packs (128)
-     * and 32 x 2 x 1 for 32 (256) lost 4.8-15.2 against 8 x 4 x 1 and 16 x 2 x 1. */
+     * and 32 x 2 x 1 for 32 (256) lost 4.8-15.2 against 8 x 4 x 1 and 16 x 2 x 1.
+     * Since each lane finishes one row of its group (ND_LN_SPREAD_FINISH), rows of 8 packs (64
+     * columns) take the exact twin in 8 x 4 x 1 on a fast device: H200, three alternating
+     * rounds in each of two calls, against the warp kernel's exact twin, float16 / bfloat16 92.9
+     * / 91.3 -> 94.7 / 94.1 and 91.9 / 90.5 -> 94.1 / 93.9, x torch.compile 1.15 / 1.14 -> 1.16
+     * / 1.18 (bench/results/ln_spread_h200.txt; 8 x 8 x 1 87.4 / 88.5, 8 x 4 x 2 81.6 / 83.0).
+     * Tried there too, with the spread finish, and lost: 16 x 4 x 1 at 128 columns (89.4 / 89.0
+     * against 92.9 / 91.7), 32 x 4 x 1 at 192 (81.9 / 80.2 against 90.3 / 87.9) and 256 (91.1 /
+     * 90.4 against 93.8 / 91.9), 8 x 2 x 1 at 192 (87.9 / 87.7), 16 x 2 x 1 at 384 (93.8 / 92.6
+     * against 94.6 / 93.4), 32 x 2 x 1 at 640 (94.7 / 91.3 against 94.7 / 94.4). */
     static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
     {
         if (!ND_LN_LEAN)
@@ -374,7 +404,8 @@ struct nd_layernorm_policy : nd_norm_policy {
             return packs == 16 ? ND_LN_LEAN_P16 : ND_LN_LEAN_P32;
         if (!fast && ND_LN_LEAN != 2)
             return packs == 80 ? ND_LN_LEAN_P80 : 0;
-        return packs == 48 ? ND_LN_LEAN_P48 : packs == 64 ? ND_LN_LEAN_P64
+        return packs == 8 ? ND_LN_LEAN_P8 : packs == 48 ? ND_LN_LEAN_P48
+               : packs == 64 ? ND_LN_LEAN_P64
                : packs == 96 ? ND_LN_LEAN_P96 : packs == 128 ? ND_LN_LEAN_P128 : 0;
     }
     /* Tried after (H100, three alternating rounds, bench/results/rows_hold_h100.txt), none kept:
@@ -596,10 +627,38 @@ struct nd_layernorm_op {
         }
         ctx.template allreduce<3 * R>(q, nd_op_norm_sums());
         const float inv_n = 1.0f / ctx.n;
+        constexpr int SW = nd_ctx_spread_lanes<Ctx>::value;
+        if constexpr (ND_LN_SPREAD_FINISH && R > 1 && SW >= R && V::kElemBytes == 2 &&
+                      N <= ND_LN_SPREAD_MAX_N) {
+            /* Every lane of the group holds every row's sums (the same bits: the all-reduce's
+             * additions commute bit for bit). Lane r of the group finishes row r (lane l: row
+             * l % R, a duplicate past R) and the others take its state by shuffle: one finish a
+             * lane, with its divisions and double arithmetic, not R. */
+            const int mine = ctx.gl % R;
+            double S = nd_op_norm_sums::get(&q[0]);
+            float qq = q[2], sh = shift[0];
 #pragma unroll
-        for (int r = 0; r < R; r++)
-            finish(st[r], RAW ? 0.0f : shift[r], nd_op_norm_sums::get(&q[3 * r]), shift[r],
-                   q[3 * r + 2], inv_n, (double)ctx.cols, p.eps);
+            for (int r = 1; r < R; r++)
+                if (mine == r) {
+                    S = nd_op_norm_sums::get(&q[3 * r]);
+                    qq = q[3 * r + 2];
+                    sh = shift[r];
+                }
+            State one;
+            finish(one, RAW ? 0.0f : sh, S, sh, qq, inv_n, (double)ctx.cols, p.eps);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                st[r].m_hi = ctx.from_lane(one.m_hi, r);
+                st[r].m_lo = ctx.from_lane(one.m_lo, r);
+                st[r].rstd = ctx.from_lane(one.rstd, r);
+                st[r].nlo = ctx.from_lane(one.nlo, r);
+            }
+        } else {
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                finish(st[r], RAW ? 0.0f : shift[r], nd_op_norm_sums::get(&q[3 * r]), shift[r],
+                       q[3 * r + 2], inv_n, (double)ctx.cols, p.eps);
+        }
     }
 
     /* One all-reduce: shift by the row's first element instead of by the mean. f is that

@@ -600,6 +600,14 @@ template <class Ctx>
 struct nd_ctx_short_chains<Ctx, std::void_t<decltype(Ctx::kShortChains)>>
     : std::integral_constant<bool, Ctx::kShortChains> {};
 
+/* The lanes of a group that all-reduce R rows together by shuffles and may share out per-row work
+ * after it (Ctx::kSpreadLanes: lane r of the group does row r's, the others take the result with
+ * ctx.from_lane(v, r)); 0 for a context without them. */
+template <class Ctx, class = void> struct nd_ctx_spread_lanes : std::integral_constant<int, 0> {};
+template <class Ctx>
+struct nd_ctx_spread_lanes<Ctx, std::void_t<decltype(Ctx::kSpreadLanes)>>
+    : std::integral_constant<int, Ctx::kSpreadLanes> {};
+
 /* Blocks per SM that a warp (ND_CTX_WARP) or plain block (ND_CTX_BLOCK) kernel's launch bounds
  * ask for, which caps its registers: the defaults above (dflt), unless the Op names its own for
  * that kernel, Op::min_blocks(kind, element bytes, packs per thread, threads, twin lanes) != 0. */

@@ -25,7 +25,8 @@
  * 16-bit rows of 128, 256, 512 and 1024 columns (+1.6 to +6.6 points of the copy ceiling),
  * softmax's of 512 and 1024 and log_softmax's of 1024 (+1 to +1.8) take it on an H200, and in
  * the exact twin LayerNorm's of 384, RMSNorm's of 192 and log_softmax's of 128 and 256 (-0.5
- * to +1.8, bench/results/lean_short_h200.txt, lean_ls256_h200.txt); LayerNorm's of 128 and 256
+ * to +1.8, bench/results/lean_short_h200.txt, lean_ls256_h200.txt) and LayerNorm's of 64 (+1.8
+ * to +3.4 since each lane finishes one row, ln_spread_h200.txt); LayerNorm's of 128 and 256
  * columns on an H100 too (+0.4 to +2.3), and of 640 on an H100 only (+0.4 to +0.7);
  * LayerNorm's and RMSNorm's float32 rows of 64 and 128 columns, in blocks of 4 warps, on every
  * device (+1.1 to +7 at 64 columns; bench/results/lean_f32_h200.txt, lean_f32_h100.txt).
@@ -78,6 +79,7 @@
  * most) of each of its rows. */
 template <int W, int PK, int VEC> struct nd_lean_ctx {
     static constexpr int kKind = ND_CTX_WARP; /* shuffles: one all-reduce round (LayerNorm) */
+    static constexpr int kSpreadLanes = W;    /* the group's rows: nd_ctx_spread_lanes */
     int gl, npacks, cols;
     float n;
     /* whether element e of this lane's share of a row is in the row: its pack is */
@@ -97,6 +99,11 @@ template <int W, int PK, int VEC> struct nd_lean_ctx {
     __device__ __forceinline__ float first(int, float f) const
     {
         return __shfl_sync(0xffffffffu, f, 0, W);
+    }
+    /* lane `src` of the group's v (every lane of the warp calls it) */
+    __device__ __forceinline__ float from_lane(float v, int src) const
+    {
+        return __shfl_sync(0xffffffffu, v, src, W);
     }
 };
 
