@@ -53,7 +53,9 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * alternating rounds in each of two calls against the warp kernel's exact twin, float16 /
      * bfloat16 % of the copy ceiling (bench/results/lean_short_h200.txt): 94.7 / 94.5 -> 95.7 /
      * 94.8 and 94.5 / 94.1 -> 94.5 / 94.9 (x torch.compile 1.00 / 0.98 -> 1.01 / 0.98); 8 x 2 x 1
-     * 93.1 / 93.0, 32 x 4 x 1 90.2 / 91.5. */
+     * 93.1 / 93.0, 32 x 4 x 1 90.2 / 91.5. 16-bit rows of 8 packs (64 columns) in 8 x 4 x 1, as
+     * LayerNorm's take them now, lost to the tile kernel: 95.2 / 96.0 -> 93.9 / 94.5
+     * (bench/results/rms_lean64_h200.txt). */
     static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
     {
         if (elem_bytes == 2 && packs == 24 && fast)
