@@ -53,13 +53,23 @@
  * 16-bit 64 columns in 8 lanes x 4 rows (1 pack a lane) ran 86.6 / 85.9% of the copy ceiling
  * without it (lean_short_h200.txt) and 94.7 / 94.1 with it (float16 / bfloat16), where the warp
  * kernel's exact twin (4 lanes x 2 packs) ran 92.9 / 91.3; but 128 columns in 8 x 4 x 1 (2
- * packs a lane) lost, 92.9 / 91.7 -> 87.7 / 89.7, 256 in 16 x 2 x 1 0 / -0.7, float32 64 and
- * 128 +0.3 / -0.7. */
+ * packs a lane) lost, 92.9 / 91.7 -> 87.7 / 89.7 (and in a second call 92.4 / 91.2 -> 86.9 /
+ * 88.9), 256 in 16 x 2 x 1 0 / -0.7, float32 64 and 128 +0.3 / -0.7. */
 #ifndef ND_LN_SPREAD_FINISH
 #define ND_LN_SPREAD_FINISH 1
 #endif
 #ifndef ND_LN_SPREAD_MAX_N
 #define ND_LN_SPREAD_MAX_N 8
+#endif
+/* 1: the spread finish takes rstd as rsqrtf(var + eps), PyTorch's form (one rsqrt.approx, within
+ * 2 float32 ulp); 0: 1 / sqrtf(var + eps), as every other finish. H200, three alternating rounds
+ * (ln_spread_h200.txt, call 4): 64 columns -0.6 / -0.1 (float16 / bfloat16), and with the spread
+ * finish at 2 packs a lane (ND_LN_SPREAD_MAX_N 16) 128 columns still lost 4-5 points. Taken in
+ * every finish of 16-bit rows, rsqrtf made nvcc 13 (-Xptxas -v) spill more in 52 of LayerNorm's
+ * 16-bit kernels, 48 of which had spilled nothing (up to 424 bytes: the block kernel of 512 x 8
+ * packs), so it was not measured there. */
+#ifndef ND_LN_SPREAD_RSQRT
+#define ND_LN_SPREAD_RSQRT 0
 #endif
 
 #ifndef ND_LN_PARAM_HOLD16 /* nd_layernorm_op::param_hold: 16-bit lanes of up to this many packs */
@@ -544,6 +554,7 @@ struct nd_layernorm_op {
      * saves the two divisions the old form made per row). The output formula then subtracts the
      * mean to ~2^-46 of |c| instead of the 2^-25 |c| one float holds, an offset every output of
      * the row would share. */
+    template <bool RSQRT = false>
     static __device__ __forceinline__ void finish(State &st, float sshift, double S, float vshift,
                                                   float q, float inv_n, double nd, float eps)
     {
@@ -554,7 +565,7 @@ struct nd_layernorm_op {
         st.m_lo = ((sshift - (m_hi - t)) + (c_hi - t)) + c_lo;
         const float cv = (m_hi - vshift) + st.m_lo;
         const float var = fmaxf(q * inv_n - cv * cv, 0.0f);
-        st.rstd = 1.0f / sqrtf(var + eps);
+        st.rstd = RSQRT ? rsqrtf(var + eps) : 1.0f / sqrtf(var + eps);
         st.nlo = -st.m_lo * st.rstd;
     }
 
@@ -645,7 +656,8 @@ struct nd_layernorm_op {
                     sh = shift[r];
                 }
             State one;
-            finish(one, RAW ? 0.0f : sh, S, sh, qq, inv_n, (double)ctx.cols, p.eps);
+            finish<ND_LN_SPREAD_RSQRT != 0>(one, RAW ? 0.0f : sh, S, sh, qq, inv_n,
+                                            (double)ctx.cols, p.eps);
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 st[r].m_hi = ctx.from_lane(one.m_hi, r);
