@@ -46,18 +46,19 @@
 
 /* 1: where a group of lanes all-reduces R > 1 16-bit rows together (the lean kernel) and each
  * lane holds at most ND_LN_SPREAD_MAX_N elements of a row, each lane finishes one row's
- * statistics and takes the others' by shuffle (nd_layernorm_op::row_sums); 0: every lane
- * finishes every row. The same bits either way. A finish is ~40 instructions with a division, a
+ * statistics and takes the others' by shuffle (nd_layernorm_op::row_sums); 0: every lane finishes
+ * every row. The same bits either way. A finish is about 50 instructions with a division, a
  * square root and double arithmetic (static SASS, 8 lanes x 2 packs x 4 rows: 1304 -> 1176
- * instructions spread). H200, three alternating rounds (bench/results/ln_spread_h200.txt):
- * 16-bit 64 columns in 8 lanes x 4 rows (1 pack a lane) ran 86.6 / 85.9% of the copy ceiling
- * without it (lean_short_h200.txt) and 94.7 / 94.1 with it (float16 / bfloat16), where the warp
- * kernel's exact twin (4 lanes x 2 packs) ran 92.9 / 91.3; but 128 columns in 8 x 4 x 1 (2
- * packs a lane) lost, 92.9 / 91.7 -> 87.7 / 89.7 (and in a second call 92.4 / 91.2 -> 86.9 /
- * 88.9), 256 in 16 x 2 x 1 0 / -0.7, float32 64 and 128 +0.3 / -0.7. Seen in that 128-column
- * kernel's code (cuobjdump -sass, nvcc 13): without the spread finish all 8 of a lane's x loads
- * issue first; with it ptxas issues the 4th row's 2 loads after the first rows' shuffles have
- * begun (the PTX still has all 8 first): likely the loss, not measured apart. */
+ * instructions spread, 16 shuffles added). H200, three alternating rounds
+ * (bench/results/ln_spread_h200.txt): 16-bit 64 columns in 8 lanes x 4 rows (1 pack a lane) ran
+ * 86.6 / 85.9% of the copy ceiling without it (lean_short_h200.txt) and 94.7 / 94.1 with it
+ * (float16 / bfloat16), where the warp kernel's exact twin (4 lanes x 2 packs) ran 92.9 / 91.3;
+ * but 128 columns in 8 x 4 x 1 (2 packs a lane) lost, 92.9 / 91.7 -> 87.7 / 89.7 (and in a second
+ * call 92.4 / 91.2 -> 86.9 / 88.9), 256 in 16 x 2 x 1 0 / -0.7, float32 64 and 128 +0.3 / -0.7.
+ * Seen in that 128-column kernel's code (cuobjdump -sass, nvcc 13): without the spread finish all
+ * 8 of a lane's x loads issue first; with it ptxas issues the 4th row's 2 loads after the first
+ * rows' shuffles have begun (the PTX still has all 8 first): likely the loss, not measured
+ * apart. */
 #ifndef ND_LN_SPREAD_FINISH
 #define ND_LN_SPREAD_FINISH 1
 #endif

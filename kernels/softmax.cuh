@@ -179,7 +179,6 @@ template <bool LOG> struct nd_softmax_policy {
                : packs == 16 && LOG  ? nd_lean_code(8, 2, 4)
                                      : 0;
     }
-
     /* Threads of a split kernel's chunk block (rows_split.cuh): 256, 8 packs each (32 KB of
      * float32, 64 KB of 16-bit). H100, three alternating rounds, 512 -> 256, % of the copy
      * ceiling: float32 softmax / log_softmax 128x1048576 83.2 / 83.7 -> 85.0 / 85.4, 512x262144
