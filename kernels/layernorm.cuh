@@ -58,7 +58,7 @@
  * Seen in that 128-column kernel's code (cuobjdump -sass, nvcc 13): without the spread finish all
  * 8 of a lane's x loads issue first; with it ptxas issues the 4th row's 2 loads after the first
  * rows' shuffles have begun (the PTX still has all 8 first): likely the loss, not measured
- * apart. */
+ * apart. A __syncwarp() after the loads did not keep them first (ptxas dropped it). */
 #ifndef ND_LN_SPREAD_FINISH
 #define ND_LN_SPREAD_FINISH 1
 #endif
