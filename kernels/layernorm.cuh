@@ -59,8 +59,9 @@
  * 8 of a lane's x loads issue first; with it ptxas issues the 4th row's 2 loads after the first
  * rows' shuffles have begun (the PTX still has all 8 first). ncu's source counters (one launch,
  * float16, ln_spread_h200.txt call 5): 14% of the stall samples on the first use of those late
- * loads, 33% on x's first uses in all against 23% without the spread finish. A __syncwarp()
- * after the loads did not keep them first (ptxas dropped it). */
+ * loads, 33% on x's first uses in all against 23% without the spread finish. Neither a
+ * __syncwarp() after the loads (ptxas dropped it) nor shuffling m_lo only where the mean is
+ * written (fewer live registers) kept them first (static SASS). */
 #ifndef ND_LN_SPREAD_FINISH
 #define ND_LN_SPREAD_FINISH 1
 #endif
