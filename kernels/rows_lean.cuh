@@ -58,6 +58,17 @@
 #define ND_ROWS_LEAN_EXACT 1
 #endif
 
+/* 1: the lean kernel's first element depends on every word it loads, so that ptxas issues all of
+ * a lane's loads before its statistics; 0: no such dependency (as measured so far). A lead, one
+ * call (H200, three alternating rounds, bench/results/ln_spread_h200.txt call 6), LayerNorm
+ * alone built with it: float16 / bfloat16 128 columns 92.5 / 91.3 -> 92.6 / 91.2, 256 93.4 /
+ * 91.8 -> 93.7 / 92.9, 512 95.7 / 95.2 -> 95.9 / 95.7; with the spread finish at 2 packs a lane
+ * too (ND_LN_SPREAD_MAX_N 16), which had lost 2-5.5 points without it, 128 columns 93.4 / 93.1.
+ * To measure again, with the other ops' lean kernels, before it is the default. */
+#ifndef ND_ROWS_LEAN_LOAD_DEP
+#define ND_ROWS_LEAN_LOAD_DEP 0
+#endif
+
 /* the most packs a lane holds of a row: rows of up to W x this many packs */
 #define ND_ROWS_LEAN_MAX_PK 4
 
@@ -140,6 +151,18 @@ __global__ void __launch_bounds__(32 * NW, ND_ROWS_LEAN_MIN_WARPS / NW)
             const uint32_t wds[4] = {w.x, w.y, w.z, w.w};
             v[r].put_pack(k, wds);
         }
+    }
+    if constexpr (ND_ROWS_LEAN_LOAD_DEP != 0) {
+        /* the first element made to depend on every loaded word, through a mask that is 0 for
+         * any real row count (rows < 2^62) but that the compiler cannot know, so ptxas issues
+         * every load before the statistics start */
+        uint32_t all = 0;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int i = 0; i < nd_regrow<T, N>::kWords; i++)
+                all ^= v[r].w[i];
+        v[0].w[0] ^= all & (uint32_t)((uint64_t)a.rows >> 62);
     }
     if constexpr (XP > 0)
         ctx.n = (float)cols;
