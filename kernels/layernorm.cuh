@@ -402,8 +402,8 @@ struct nd_layernorm_policy : nd_norm_policy {
      * 90.3-90.5 / 87.8-88.1: 8 x 2 x 1 88.7 / 88.2, 8 x 4 x 1 78.9 / 77.0, 32 x 2 x 1 61.8 /
      * 61.4, and 32 x 4 x 1 77.1 / 75.5, torch.compile's layout (one pack a lane, 24 of 32 lanes
      * busy, 4 rows a warp); rows of 8 packs (64) 8 x 4 x 1 86.6 / 85.9, 8 x 2 x 1 78.5 / 78.7
-     * against the tile kernel's 92.1 / 90.3; and in a third call 16 x 4 x 1 for 16 packs (128)
-     * and 32 x 2 x 1 for 32 (256) lost 4.8-15.2 against 8 x 4 x 1 and 16 x 2 x 1.
+     * against the warp kernel's exact twin's 92.1 / 90.3; and in a third call 16 x 4 x 1 for
+     * 16 packs (128) and 32 x 2 x 1 for 32 (256) lost 4.8-15.2 against 8 x 4 x 1 and 16 x 2 x 1.
      * Since each lane finishes one row of its group (ND_LN_SPREAD_FINISH), rows of 8 packs (64
      * columns) take the exact twin in 8 x 4 x 1 on a fast device: H200, three alternating
      * rounds in each of two calls, against the warp kernel's exact twin, float16 / bfloat16 92.9

@@ -538,11 +538,11 @@ Test(gpu_rows, rows_of_8192_packs)
 /* Rows on the 16-byte grid of some widths take the lean kernel (rows_lean.cuh; the policies'
  * lean): W lanes a row, R rows a group, NW warps a block, one unit of 32 / W x R x NW rows a
  * block. LayerNorm's and RMSNorm's float32 rows of 64 and 128 columns and LayerNorm's 16-bit rows
- * of 128 and 256 on every device; on a fast one also LayerNorm's 16-bit rows of 384, 512 and
- * 1024, RMSNorm's of 192, softmax's and log_softmax's of 1024, softmax's of 512, log_softmax's
- * of 128. Those widths and 640 and 768 beside them, every op and dtype (where others take other
- * kernels: the same answers), with row counts that end part-way through a warp's rows and a
- * block's warps; the plans of some, and of the same rows off the grid. */
+ * of 128 and 256 on every device; on a fast one also LayerNorm's 16-bit rows of 64, 384, 512
+ * and 1024, RMSNorm's of 192, softmax's and log_softmax's of 1024, softmax's of 512,
+ * log_softmax's of 128 and 256. Those widths and 640 and 768 beside them, every op and dtype
+ * (where others take other kernels: the same answers), with row counts that end part-way through
+ * a warp's rows and a block's warps; the plans of some, and of the same rows off the grid. */
 Test(gpu_rows, lean_kernel_many_rows)
 {
     need_device();
