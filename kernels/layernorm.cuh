@@ -63,12 +63,16 @@
  * __syncwarp() after the loads (ptxas dropped it) nor shuffling m_lo only where the mean is
  * written (fewer live registers) kept them first (static SASS); making the first element depend
  * on every loaded word did (ND_ROWS_LEAN_LOAD_DEP), and with it the spread finish at 2 packs a
- * lane ran 128 columns at 93.4 / 93.1 against 92.5 / 91.3 (one call, a lead). */
+ * lane runs 128 columns faster, in three calls: 92.5 / 91.3 -> 93.4 / 93.1, 92.9 / 91.5 -> 94.5 /
+ * 93.5 and 93.5 / 92.1 -> 95.3 / 95.1 (x torch.compile 1.05 / 1.02 -> 1.08 / 1.05;
+ * bench/results/ln_spread_h200.txt call 6, lean_dep_h200.txt). So a lane of up to 2 packs
+ * (16 elements) finishes one row. At 3 packs, 16-bit 192 columns in 8 x 4 x 1 (96 registers)
+ * lost, 90.6 / 88.2 -> 85.8 / 85.5 against the warp kernel's exact twin (lean_dep_h200.txt). */
 #ifndef ND_LN_SPREAD_FINISH
 #define ND_LN_SPREAD_FINISH 1
 #endif
 #ifndef ND_LN_SPREAD_MAX_N
-#define ND_LN_SPREAD_MAX_N 8
+#define ND_LN_SPREAD_MAX_N 16
 #endif
 /* 1: the spread finish takes rstd as rsqrtf(var + eps), PyTorch's form (one rsqrt.approx, within
  * 2 float32 ulp); 0: 1 / sqrtf(var + eps), as every other finish. H200, three alternating rounds

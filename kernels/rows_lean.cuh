@@ -59,14 +59,16 @@
 #endif
 
 /* 1: the lean kernel's first element depends on every word it loads, so that ptxas issues all of
- * a lane's loads before its statistics; 0: no such dependency (as measured so far). A lead, one
- * call (H200, three alternating rounds, bench/results/ln_spread_h200.txt call 6), LayerNorm
- * alone built with it: float16 / bfloat16 128 columns 92.5 / 91.3 -> 92.6 / 91.2, 256 93.4 /
- * 91.8 -> 93.7 / 92.9, 512 95.7 / 95.2 -> 95.9 / 95.7; with the spread finish at 2 packs a lane
- * too (ND_LN_SPREAD_MAX_N 16), which had lost 2-5.5 points without it, 128 columns 93.4 / 93.1.
- * To measure again, with the other ops' lean kernels, before it is the default. */
+ * a lane's loads before its statistics (as measured); 0: no such dependency (A/B runs). H200,
+ * three alternating rounds, every op's lean kernels built with it (bench/results/
+ * lean_dep_h200.txt), float16 / bfloat16: LayerNorm 128 columns 92.9 / 91.5 -> 94.5 / 93.5 and
+ * 93.5 / 92.1 -> 95.3 / 95.1 (with the spread finish at 2 packs a lane, ND_LN_SPREAD_MAX_N,
+ * which lost 2-5.5 points without it; LayerNorm alone in an earlier call, ln_spread_h200.txt
+ * call 6: 92.5 / 91.3 -> 93.4 / 93.1), log_softmax 128 96.5 / 96.3 -> 95.7 / 98.6, every other
+ * lean row within -0.7 to +0.9 (LayerNorm 64-1024, RMSNorm 192, softmax 512 / 1024,
+ * log_softmax 256 / 1024, float32 64 / 128); rows the knob does not reach moved -0.6 to +0.3. */
 #ifndef ND_ROWS_LEAN_LOAD_DEP
-#define ND_ROWS_LEAN_LOAD_DEP 0
+#define ND_ROWS_LEAN_LOAD_DEP 1
 #endif
 
 /* the most packs a lane holds of a row: rows of up to W x this many packs */
