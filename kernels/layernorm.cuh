@@ -195,6 +195,9 @@
 #ifndef ND_LN_LEAN_P32
 #define ND_LN_LEAN_P32 nd_lean_code(16, 2, 1)
 #endif
+#ifndef ND_LN_LEAN_P24
+#define ND_LN_LEAN_P24 nd_lean_code(8, 1, 1)
+#endif
 #ifndef ND_LN_LEAN_P48
 #define ND_LN_LEAN_P48 nd_lean_code(16, 1, 1)
 #endif
@@ -416,7 +419,14 @@ struct nd_layernorm_policy : nd_norm_policy {
      * Tried there too, with the spread finish, and lost: 16 x 4 x 1 at 128 columns (89.4 / 89.0
      * against 92.9 / 91.7), 32 x 4 x 1 at 192 (81.9 / 80.2 against 90.3 / 87.9) and 256 (91.1 /
      * 90.4 against 93.8 / 91.9), 8 x 2 x 1 at 192 (87.9 / 87.7), 16 x 2 x 1 at 384 (93.8 / 92.6
-     * against 94.6 / 93.4), 32 x 2 x 1 at 640 (94.7 / 91.3 against 94.7 / 94.4). */
+     * against 94.6 / 93.4), 32 x 2 x 1 at 640 (94.7 / 91.3 against 94.7 / 94.4).
+     * Rows of 24 packs (192 columns) take the exact twin in 8 x 1 x 1 on a fast device: one row a
+     * group, no spread finish, blocks of one warp. H200, three alternating rounds, against the
+     * warp kernel's exact twin (8 lanes of 3 packs, blocks of 4 warps), float16 / bfloat16:
+     * 90.0 / 88.1 -> 91.7 / 89.5, x torch.compile 0.97 / 0.94 -> 0.99 / 0.96
+     * (bench/results/ln192_h200.txt). The same rows in 8 x 1 x 4 ran 85.5 / 83.2, in 8 x 2 x 1
+     * and 8 x 4 x 1 with the spread finish at 3 packs a lane (ND_LN_SPREAD_MAX_N 24) 88.4 / 87.5
+     * and 85.8 / 85.5 (lean_dep_h200.txt). */
     static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
     {
         if (!ND_LN_LEAN)
@@ -427,7 +437,8 @@ struct nd_layernorm_policy : nd_norm_policy {
             return packs == 16 ? ND_LN_LEAN_P16 : ND_LN_LEAN_P32;
         if (!fast && ND_LN_LEAN != 2)
             return packs == 80 ? ND_LN_LEAN_P80 : 0;
-        return packs == 8 ? ND_LN_LEAN_P8 : packs == 48 ? ND_LN_LEAN_P48
+        return packs == 8 ? ND_LN_LEAN_P8 : packs == 24 ? ND_LN_LEAN_P24
+               : packs == 48 ? ND_LN_LEAN_P48
                : packs == 64 ? ND_LN_LEAN_P64
                : packs == 96 ? ND_LN_LEAN_P96 : packs == 128 ? ND_LN_LEAN_P128 : 0;
     }
