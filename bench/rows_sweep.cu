@@ -60,7 +60,8 @@ template <class Op, int W, int PACKS, int R, int MB> static void run_variant(job
     auto kernel = nd_rows_warp_kernel<O, T, VEC, PACKS, W, R>;
     cudaFuncAttributes fa;
     CK(cudaFuncGetAttributes(&fa, kernel));
-    const int rows_per_block = (ND_ROWS_WARP_BLOCK / W) * R;
+    constexpr int B = nd_rows_warp_block<O, T, W, PACKS>();
+    const int rows_per_block = (B / W) * R;
     const unsigned grid = (unsigned)((j.rows + rows_per_block - 1) / rows_per_block);
     const typename O::Params prm = op_params<O>(j);
     const int k = (int)j.xs.size();
@@ -72,11 +73,11 @@ template <class Op, int W, int PACKS, int R, int MB> static void run_variant(job
         a.p1 = O::kParams >= 2 ? (const T *)j.beta : NULL;
         a.rows = j.rows;
         a.cols = j.cols;
-        kernel<<<grid, ND_ROWS_WARP_BLOCK, 0, j.s>>>(a, prm);
+        kernel<<<grid, B, 0, j.s>>>(a, prm);
         CK(cudaGetLastError());
     });
     int blocks = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, ND_ROWS_WARP_BLOCK, 0));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, B, 0));
     printf("%-10s %6lld  W=%-2d packs=%d R=%d mb=%-2d  regs %3d spill %3zu B  blocks/SM %2d  "
            "%8.2f us  %5.1f%%\n", j.op.c_str(), (long long)j.cols, W, PACKS, R, MB, fa.numRegs,
            fa.localSizeBytes, blocks, t, 100.0 * j.t_copy / t);

@@ -423,7 +423,8 @@ struct nd_layernorm_policy : nd_norm_policy {
      * Rows of 24 packs (192 columns) take the exact twin in 8 x 1 x 1 on a fast device: one row a
      * group, no spread finish, blocks of one warp. H200, three alternating rounds, against the
      * warp kernel's exact twin (8 lanes of 3 packs, blocks of 4 warps), float16 / bfloat16:
-     * 90.0 / 88.1 -> 91.7 / 89.5, x torch.compile 0.97 / 0.94 -> 0.99 / 0.96
+     * 90.0 / 88.1 -> 91.7 / 89.5 and in a second call 90.2 / 88.0 -> 92.0 / 89.5, x
+     * torch.compile 0.97 / 0.94 -> 0.99 / 0.96 and 0.95 / 0.94 -> 0.97 / 0.95
      * (bench/results/ln192_h200.txt). The same rows in 8 x 1 x 4 ran 85.5 / 83.2, in 8 x 2 x 1
      * and 8 x 4 x 1 with the spread finish at 3 packs a lane (ND_LN_SPREAD_MAX_N 24) 88.4 / 87.5
      * and 85.8 / 85.5 (lean_dep_h200.txt). */
@@ -512,6 +513,16 @@ struct nd_layernorm_op {
      * rounds against 5 (bench/results/ln_warp_blocks6_h200.txt): H200 1600 columns (grid twin)
      * 92.8 / 91.8 -> 96.6 / 93.6, 1800 +1.5 / 0, 1792 (exact) -0.5 / -0.6, 2048 within 0.1;
      * H100 every width within 0.5. */
+    /* Threads a block of the warp kernel: 16-bit rows keep blocks of 4 warps, which their
+     * min_blocks below were measured with (one-warp blocks, H200: 640 columns +1.8 / -2.5,
+     * 768 -1.4 / -5.7, float16 / bfloat16); float32 rows one warp, as every other op's
+     * (ND_ROWS_WARP_THREADS; bench/results/warp_block32_h200.txt: +0.3 to +1.3 at 256-1024
+     * columns, -1.0 at 192). Their min_blocks (7) then asks for 224 threads an SM, no
+     * register cap below nvcc's own, as measured. */
+    static __host__ __device__ constexpr int warp_threads(int elem_bytes)
+    {
+        return elem_bytes == 2 ? 128 : 32;
+    }
     static constexpr int min_blocks(int kind, int elem_bytes, int packs, int threads,
                                     int twin_lanes)
     {

@@ -67,6 +67,9 @@
  *                            every other kernel
  *   param_hold(elem bytes, packs)  optional: whether a warp-kernel lane of that many packs loads
  *                            all its parameters with x rather than one pack ahead (nd_param_hold)
+ *   warp_threads(elem bytes) optional: threads a block of the warp kernel for rows of more
+ *                            than ND_ROWS_WARP_SHORT_PACKS packs (nd_rows_warp_block; default
+ *                            ND_ROWS_WARP_THREADS)
  *   wide_regs(elem bytes, n) optional: whether a warp-kernel lane holding n elements of a 16-bit
  *                            row keeps them as floats, so set(e, f) is exact (nd_wide_regs)
  *   param_l2_last(elem bytes) optional: whether the parameters are loaded with an L2 evict-last
@@ -384,7 +387,42 @@ template <class Op, class T, int VEC, int HOLD = 1, bool PARTIAL = false> struct
  * Warp kernel: groups of W lanes, R rows per group per iteration, PACKS packs per lane per row.
  * ------------------------------------------------------------------------------------------- */
 
-enum { ND_ROWS_WARP_BLOCK = 128 };
+/* Threads a block of the warp kernel, where the op names none (Op::warp_threads): one warp.
+ * H200, three alternating rounds, every op built with blocks of 32 threads against 128
+ * (bench/results/warp_block32_h200.txt), % of the copy ceiling at 192-1024 columns: float32
+ * softmax / log_softmax / RMSNorm +0.4 to +1.9 at every width (1024 columns: softmax 97.7 ->
+ * 99.2, log_softmax 97.8 -> 99.7, RMSNorm 96.2 -> 97.8), LayerNorm float32 +0.3 to +1.3 but
+ * 192 -1.0; 16-bit RMSNorm 512-1024 +0.2 to +0.9, softmax / log_softmax 192 +0.6 to +0.8;
+ * LayerNorm 16-bit 640 / 768 +1.8 / -1.4 (float16), -2.5 / -5.7 (bfloat16), so LayerNorm's
+ * 16-bit rows keep blocks of 4 warps (nd_layernorm_op::warp_threads). A block of one warp
+ * retires on its own; four warps free their slot only when the slowest of them is done. In a
+ * second call (three alternating rounds) float32 1024 columns +1.2 to +1.5 again, 192 -1.1 to
+ * +0.6. But the full table of that call (bench/results/goals_h200_warp32.txt, against
+ * 8a534d5's) put the shortest rows far lower: 16-bit 32 columns (2 lanes of 2 packs, 16 rows a
+ * warp, a 3 us kernel) softmax / log_softmax / RMSNorm 99.5-101.5 -> 89.0-92.4, float32 32
+ * RMSNorm / LayerNorm -3.5 / -2.9 (softmax +3.6). So rows of at most ND_ROWS_WARP_SHORT_PACKS
+ * packs keep blocks of 4 warps: their kernels are 8a534d5's again (the same SASS, cuobjdump
+ * compared), as that table measured them. Not measured on an H100. */
+#ifndef ND_ROWS_WARP_THREADS
+#define ND_ROWS_WARP_THREADS 32
+#endif
+#ifndef ND_ROWS_WARP_SHORT_PACKS
+#define ND_ROWS_WARP_SHORT_PACKS 8
+#endif
+template <class Op, class = void> struct nd_op_has_warp_threads : std::false_type {};
+template <class Op>
+struct nd_op_has_warp_threads<Op, std::void_t<decltype(Op::warp_threads(0))>> : std::true_type {};
+/* Threads a block of the warp kernel for the op's rows of T in groups of W lanes x PACKS packs */
+template <class Op, class T, int W, int PACKS>
+__host__ __device__ constexpr int nd_rows_warp_block()
+{
+    if (W * PACKS <= ND_ROWS_WARP_SHORT_PACKS)
+        return 128;
+    if constexpr (nd_op_has_warp_threads<Op>::value)
+        return Op::warp_threads((int)sizeof(T));
+    else
+        return ND_ROWS_WARP_THREADS;
+}
 
 /* The block and chunk kernels of 16-bit rows load the row's first element (ctx.x0, LayerNorm's
  * shift) after their packs of x (1) or before them (0). Before, its conversion waited for the
@@ -706,8 +744,9 @@ template <int W, int R, int PACKS, int VEC, int XC = 0> struct nd_warp_ctx {
 };
 
 template <class Op, class T, int VEC, int PACKS, int W, int R, int XC = 0>
-__global__ void __launch_bounds__(ND_ROWS_WARP_BLOCK,
-                                  (nd_rows_warp_min_blocks<Op, T, PACKS, ND_ROWS_WARP_BLOCK,
+__global__ void __launch_bounds__(nd_rows_warp_block<Op, T, W, PACKS>(),
+                                  (nd_rows_warp_min_blocks<Op, T, PACKS,
+                                                           nd_rows_warp_block<Op, T, W, PACKS>(),
                                                            XC != 0 ? W : 0>()))
 nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
 {
@@ -729,7 +768,7 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
 
     /* pf[r * PACKS + i][thread]: the next iteration's packs, loaded while this one computes */
     constexpr bool PF = false; /* see ND_ROWS_PREFETCH */
-    __shared__ uint4 pf[PF ? R * PACKS : 1][ND_ROWS_WARP_BLOCK];
+    __shared__ uint4 pf[PF ? R * PACKS : 1][nd_rows_warp_block<Op, T, W, PACKS>()];
     const int64_t step = nwarps * (GPW * R);
     auto prefetch = [&](int64_t base) {
 #pragma unroll
@@ -1273,10 +1312,11 @@ template <class Pol> constexpr int nd_rows_warp_r(int w, int packs)
     return packs >= Pol::rows_in_flight(w, packs) ? 1 : Pol::rows_in_flight(w, packs) / packs;
 }
 
-/* Blocks of the warp kernel for groups of W lanes, R rows a group (the launch caps them). */
-template <int W, int R> static inline int64_t nd_rows_warp_units(int64_t rows)
+/* Blocks of BLOCK threads of the warp kernel for groups of W lanes, R rows a group (the launch
+ * caps them). */
+template <int BLOCK, int W, int R> static inline int64_t nd_rows_warp_units(int64_t rows)
 {
-    constexpr int64_t per_block = (ND_ROWS_WARP_BLOCK / W) * R;
+    constexpr int64_t per_block = (BLOCK / W) * R;
     return (rows + per_block - 1) / per_block;
 }
 
@@ -1296,8 +1336,9 @@ static nd_status nd_rows_warp_launch(const nd_rows_args<T> &a, const typename Op
 {
     static_assert(XC <= 0 || XC == W * PACKS * VEC, "exact rows: a group's");
     ND_PLAN("warp W=%d packs=%d R=%d%s", W, PACKS, R, nd_rows_twin_word(XC));
-    return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R, XC>, ND_ROWS_WARP_BLOCK, 1,
-                          0, nd_rows_warp_units<W, R>(a.rows), di, s, err, name, a, prm);
+    constexpr int B = nd_rows_warp_block<Op, T, W, PACKS>();
+    return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R, XC>, B, 1, 0,
+                          nd_rows_warp_units<B, W, R>(a.rows), di, s, err, name, a, prm);
 }
 
 /* The warp kernel for groups of W lanes x PACKS packs, R rows a group; its exact twin where
