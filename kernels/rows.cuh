@@ -394,8 +394,8 @@ template <class Op, class T, int VEC, int HOLD = 1, bool PARTIAL = false> struct
  * 99.2, log_softmax 97.8 -> 99.7, RMSNorm 96.2 -> 97.8), LayerNorm float32 +0.3 to +1.3 but
  * 192 -1.0; 16-bit RMSNorm 512-1024 +0.2 to +0.9, softmax / log_softmax 192 +0.6 to +0.8;
  * LayerNorm 16-bit 640 / 768 +1.8 / -1.4 (float16), -2.5 / -5.7 (bfloat16), so LayerNorm's
- * 16-bit rows keep blocks of 4 warps (nd_layernorm_op::warp_threads). A block of one warp
- * retires on its own; four warps free their slot only when the slowest of them is done. In a
+ * 16-bit rows keep blocks of 4 warps (nd_layernorm_op::warp_threads). One reading, not
+ * profiled: a block of one warp retires on its own, four free their slot with the slowest. In a
  * second call (three alternating rounds) float32 1024 columns +1.2 to +1.5 again, 192 -1.1 to
  * +0.6. But the full table of that call (bench/results/goals_h200_warp32.txt, against
  * 8a534d5's) put the shortest rows far lower: 16-bit 32 columns (2 lanes of 2 packs, 16 rows a

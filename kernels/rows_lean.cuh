@@ -26,9 +26,9 @@
  * softmax's of 512 and 1024 and log_softmax's of 1024 (+1 to +1.8) take it on an H200, and in
  * the exact twin LayerNorm's of 384, RMSNorm's of 192 and log_softmax's of 128 and 256 (-0.5
  * to +1.8, bench/results/lean_short_h200.txt, lean_ls256_h200.txt) and LayerNorm's of 64 (+1.8
- * to +3.4 since each lane finishes one row, ln_spread_h200.txt) and 192 (+1.4 to +1.7,
- * ln192_h200.txt); LayerNorm's of 128 and 256
- * columns on an H100 too (+0.4 to +2.3), and of 640 on an H100 only (+0.4 to +0.7);
+ * to +3.4 since each lane finishes one row, ln_spread_h200.txt) and 192 (+1.4 to +1.8,
+ * ln192_h200.txt); LayerNorm's of 128 and 256 columns on an H100 too (+0.4 to +2.3), and of
+ * 640 on an H100 only (+0.4 to +0.7);
  * LayerNorm's and RMSNorm's float32 rows of 64 and 128 columns, in blocks of 4 warps, on every
  * device (+1.1 to +7 at 64 columns; bench/results/lean_f32_h200.txt, lean_f32_h100.txt).
  * Rows that fill every lane (W x PK packs) take the exact twin, whose row length is a
