@@ -608,6 +608,50 @@ Test(gpu_rows, lean_kernel_many_rows)
         check_plans(lean640, 2, NULL, NULL);
 }
 
+/* The warp kernel's block size (nd_rows_warp_block): blocks of 4 warps for rows of a group of at
+ * most 8 packs (lanes x packs a lane) and for LayerNorm's 16-bit rows, blocks of one warp for
+ * every other row. Each shape's plan, where it is the warp kernel's, must name the block its
+ * geometry should have; on a fast device every shape here takes the warp kernel (so the check
+ * holds something there), elsewhere it may take another. */
+Test(gpu_rows, warp_kernel_block_sizes)
+{
+    need_device();
+    static const plan_case cases[] = {
+        {ND_OP_SOFTMAX, ND_FLOAT16, 32, 0, NULL},      {ND_OP_RMSNORM, ND_BFLOAT16, 32, 0, NULL},
+        {ND_OP_LOG_SOFTMAX, ND_FLOAT16, 64, 0, NULL},  {ND_OP_LAYERNORM, ND_FLOAT32, 32, 0, NULL},
+        {ND_OP_LOG_SOFTMAX, ND_FLOAT32, 32, 0, NULL},  {ND_OP_SOFTMAX, ND_BFLOAT16, 192, 0, NULL},
+        {ND_OP_RMSNORM, ND_FLOAT16, 256, 0, NULL},     {ND_OP_RMSNORM, ND_FLOAT32, 1024, 0, NULL},
+        {ND_OP_LAYERNORM, ND_FLOAT32, 1024, 0, NULL},  {ND_OP_LAYERNORM, ND_FLOAT16, 768, 0, NULL},
+        {ND_OP_LAYERNORM, ND_BFLOAT16, 2048, 0, NULL}, {ND_OP_LOG_SOFTMAX, ND_BFLOAT16, 2048, 0, NULL}};
+    const int fast = fast_device();
+    const size_t bytes = (size_t)4 * 2048 * 4 + 16;
+    void *x = NULL, *y = NULL;
+    CUDA_OK(cudaMalloc(&x, bytes));
+    CUDA_OK(cudaMalloc(&y, bytes));
+    CUDA_OK(cudaMemset(x, 0, bytes));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const plan_case *c = &cases[i];
+        char plan[256];
+        plan_for(c, x, y, plan, sizeof plan);
+        int w = 0, packs = 0;
+        if (sscanf(plan, "warp W=%d packs=%d", &w, &packs) != 2) {
+            cr_expect(!fast, "%s %s %lld columns, a fast device: plan \"%s\", expected the warp "
+                      "kernel's", nd_op_name(c->op), nd_dtype_name(c->dt), (long long)c->cols, plan);
+            continue;
+        }
+        const int ln16 = c->op == ND_OP_LAYERNORM && c->dt != ND_FLOAT32;
+        const int want = w * packs <= 8 || ln16 ? 128 : 32;
+        char block[32];
+        snprintf(block, sizeof block, " block=%d ", want);
+        cr_expect(strstr(plan, block) != NULL, "%s %s %lld columns: plan \"%s\", expected blocks "
+                  "of %d threads", nd_op_name(c->op), nd_dtype_name(c->dt), (long long)c->cols,
+                  plan, want);
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    cudaFree(x);
+    cudaFree(y);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Ulp accuracy of LayerNorm and RMSNorm (issue 13). The shared rule (nd_close) lets a 16-bit
  * result be anywhere within 1e-5 of the reference, which near zero is many ulp (a bfloat16 of
