@@ -432,17 +432,23 @@ static void plan_for(const plan_case *c, void *x, void *y, char *plan, size_t n)
     snprintf(plan, n, "%s", nd_cuda_last_plan());
 }
 
+/* x and y for plan_for: 4 rows of up to 32768 float32 columns and a grid offset, x all zeros */
+static void plan_buffers(void **x, void **y)
+{
+    const size_t bytes = (size_t)4 * 32768 * 4 + 16;
+    CUDA_OK(cudaMalloc(x, bytes));
+    CUDA_OK(cudaMalloc(y, bytes));
+    CUDA_OK(cudaMemset(*x, 0, bytes));
+}
+
 /* Each case's plan starts with its kind, where the kind names a path a fast device alone takes
  * (starts with `fast_only`) with `other` on other devices; where the expected kind is NULL, the
  * plan is any but one starting with `fast_only`. fast_only NULL: every kind on every device. */
 static void check_plans(const plan_case *c, size_t n, const char *fast_only, const char *other)
 {
     const int fast = fast_device();
-    const size_t bytes = (size_t)4 * 32768 * 4 + 16;
     void *x = NULL, *y = NULL;
-    CUDA_OK(cudaMalloc(&x, bytes));
-    CUDA_OK(cudaMalloc(&y, bytes));
-    CUDA_OK(cudaMemset(x, 0, bytes));
+    plan_buffers(&x, &y);
     for (size_t i = 0; i < n; i++) {
         cr_assert(c[i].cols <= 32768);
         cr_assert(c[i].kind || fast_only); /* NULL: any plan but one starting with fast_only */
@@ -624,11 +630,8 @@ Test(gpu_rows, warp_kernel_block_sizes)
         {ND_OP_LAYERNORM, ND_FLOAT32, 1024, 0, NULL},  {ND_OP_LAYERNORM, ND_FLOAT16, 768, 0, NULL},
         {ND_OP_LAYERNORM, ND_BFLOAT16, 2048, 0, NULL}, {ND_OP_LOG_SOFTMAX, ND_BFLOAT16, 2048, 0, NULL}};
     const int fast = fast_device();
-    const size_t bytes = (size_t)4 * 2048 * 4 + 16;
     void *x = NULL, *y = NULL;
-    CUDA_OK(cudaMalloc(&x, bytes));
-    CUDA_OK(cudaMalloc(&y, bytes));
-    CUDA_OK(cudaMemset(x, 0, bytes));
+    plan_buffers(&x, &y);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const plan_case *c = &cases[i];
         char plan[256];
