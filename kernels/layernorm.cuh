@@ -515,14 +515,14 @@ struct nd_layernorm_op {
      * H100 every width within 0.5. */
     /* Threads a block of the warp kernel: 16-bit rows keep blocks of 4 warps, which their
      * min_blocks below were measured with (one-warp blocks, H200: 640 columns +1.8 / -2.5,
-     * 768 -1.4 / -5.7, float16 / bfloat16); float32 rows one warp, as every other op's
-     * (ND_ROWS_WARP_THREADS; bench/results/warp_block32_h200.txt: +0.3 to +1.4 at 256-1024
-     * columns in two calls, -1.0 and -1.1 at 192), rows of at most 8 packs excepted
+     * 768 -1.4 / -5.7, float16 / bfloat16); float32 rows the default (0: ND_ROWS_WARP_THREADS,
+     * one warp, as every other op's; bench/results/warp_block32_h200.txt: +0.3 to +1.4 at
+     * 256-1024 columns in two calls, -1.0 and -1.1 at 192), rows of at most 8 packs excepted
      * (nd_rows_warp_block). Their min_blocks (7) then asks for 224 threads an SM, no register
      * cap below nvcc's own, as measured. */
     static __host__ __device__ constexpr int warp_threads(int elem_bytes)
     {
-        return elem_bytes == 2 ? 128 : 32;
+        return elem_bytes == 2 ? ND_ROWS_WARP_BLOCK4 : 0;
     }
     static constexpr int min_blocks(int kind, int elem_bytes, int packs, int threads,
                                     int twin_lanes)

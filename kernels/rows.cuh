@@ -68,8 +68,8 @@
  *   param_hold(elem bytes, packs)  optional: whether a warp-kernel lane of that many packs loads
  *                            all its parameters with x rather than one pack ahead (nd_param_hold)
  *   warp_threads(elem bytes) optional: threads a block of the warp kernel for rows of more
- *                            than ND_ROWS_WARP_SHORT_PACKS packs (nd_rows_warp_block; default
- *                            ND_ROWS_WARP_THREADS)
+ *                            than ND_ROWS_WARP_SHORT_PACKS packs (nd_rows_warp_block; 0: the
+ *                            default, ND_ROWS_WARP_THREADS)
  *   wide_regs(elem bytes, n) optional: whether a warp-kernel lane holding n elements of a 16-bit
  *                            row keeps them as floats, so set(e, f) is exact (nd_wide_regs)
  *   param_l2_last(elem bytes) optional: whether the parameters are loaded with an L2 evict-last
@@ -409,6 +409,9 @@ template <class Op, class T, int VEC, int HOLD = 1, bool PARTIAL = false> struct
 #ifndef ND_ROWS_WARP_SHORT_PACKS
 #define ND_ROWS_WARP_SHORT_PACKS 8
 #endif
+/* blocks of 4 warps: the warp kernel's rows of at most ND_ROWS_WARP_SHORT_PACKS packs, and an
+ * op's that asks for them (Op::warp_threads) */
+enum { ND_ROWS_WARP_BLOCK4 = 128 };
 template <class Op, class = void> struct nd_op_has_warp_threads : std::false_type {};
 template <class Op>
 struct nd_op_has_warp_threads<Op, std::void_t<decltype(Op::warp_threads(0))>> : std::true_type {};
@@ -417,11 +420,11 @@ template <class Op, class T, int W, int PACKS>
 __host__ __device__ constexpr int nd_rows_warp_block()
 {
     if (W * PACKS <= ND_ROWS_WARP_SHORT_PACKS)
-        return 128;
+        return ND_ROWS_WARP_BLOCK4;
+    int threads = 0;
     if constexpr (nd_op_has_warp_threads<Op>::value)
-        return Op::warp_threads((int)sizeof(T));
-    else
-        return ND_ROWS_WARP_THREADS;
+        threads = Op::warp_threads((int)sizeof(T));
+    return threads ? threads : ND_ROWS_WARP_THREADS;
 }
 
 /* The block and chunk kernels of 16-bit rows load the row's first element (ctx.x0, LayerNorm's
