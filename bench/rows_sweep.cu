@@ -60,7 +60,7 @@ template <class Op, int W, int PACKS, int R, int MB> static void run_variant(job
     auto kernel = nd_rows_warp_kernel<O, T, VEC, PACKS, W, R>;
     cudaFuncAttributes fa;
     CK(cudaFuncGetAttributes(&fa, kernel));
-    constexpr int B = nd_rows_warp_block<O, T, W, PACKS>();
+    constexpr int B = nd_rows_warp_block<W, PACKS>();
     const int rows_per_block = (B / W) * R;
     const unsigned grid = (unsigned)((j.rows + rows_per_block - 1) / rows_per_block);
     const typename O::Params prm = op_params<O>(j);

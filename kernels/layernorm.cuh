@@ -513,26 +513,30 @@ struct nd_layernorm_op {
      * rounds against 5 (bench/results/ln_warp_blocks6_h200.txt): H200 1600 columns (grid twin)
      * 92.8 / 91.8 -> 96.6 / 93.6, 1800 +1.5 / 0, 1792 (exact) -0.5 / -0.6, 2048 within 0.1;
      * H100 every width within 0.5. */
-    /* Threads a block of the warp kernel: 16-bit rows keep blocks of 4 warps, which their
-     * min_blocks below were measured with (one-warp blocks, H200: 640 columns +1.8 / -2.5,
-     * 768 -1.4 / -5.7, float16 / bfloat16); float32 rows the default (0: ND_ROWS_WARP_THREADS,
-     * one warp, as every other op's; bench/results/warp_block32_h200.txt: +0.3 to +1.4 at
-     * 256-1024 columns in two calls, -1.0 and -1.1 at 192), rows of at most 8 packs excepted
-     * (nd_rows_warp_block). Their min_blocks (7) then asks for 224 threads an SM, no register
-     * cap below nvcc's own, as measured. */
-    static __host__ __device__ constexpr int warp_threads(int elem_bytes)
-    {
-        return elem_bytes == 2 ? ND_ROWS_WARP_BLOCK4 : 0;
-    }
+    /* The warp kernel's blocks an SM, as measured in blocks of 4 warps (above). Its blocks are of
+     * one warp now (nd_rows_warp_block) but for rows of at most ND_ROWS_WARP_SHORT_PACKS packs,
+     * so 16-bit rows ask for the same threads an SM, that is the same register cap, in blocks
+     * of `threads` (at most the SM's 32 blocks: 16-bit 768 columns, 9 -> 32 blocks, 56 -> 64
+     * registers). H200, three alternating rounds against blocks of 4 warps, float16 / bfloat16
+     * % of the copy ceiling (bench/results/ln_warp32_h200.txt): 640 columns 94.7 / 94.3 -> 95.2
+     * / 94.9, 768 96.2 / 97.0 -> 96.3 / 96.7, 1280 +0.4 / +0.3, 1536 +0.7 / +0.2, 2048 96.6 /
+     * 96.8 -> 97.7 / 98.4; a second call, 640 +0.1 / +0.2, 768 0 / 0, 1280 -0.1 / +0.2, 1536
+     * +0.5 / +0.2, 2048 97.1 / 96.9 -> 98.2 / 98.4 (most of these kernels are the same code
+     * as before, cuobjdump -sass compared: the launch changed). In one-warp blocks with these counts unscaled (no cap: 72-96
+     * registers where these take 56-80) 640 moved +1.8 / -2.5 and 768 -1.4 / -5.7
+     * (bench/results/warp_block32_h200.txt). float32 rows keep 7 in one-warp blocks, 224 threads
+     * an SM, no cap below nvcc's own (as that file measured them; scaled to 72 registers they
+     * moved -0.6 to +0.5 at 192-1024 columns in the run above). */
     static constexpr int min_blocks(int kind, int elem_bytes, int packs, int threads,
                                     int twin_lanes)
     {
         const int b3 = twin_lanes >= 16 ? ND_LN_WARP_BLOCKS3_WIDE : ND_LN_WARP_BLOCKS3;
-        return kind == ND_CTX_WARP ? (elem_bytes == 2 && packs >= 7 ? ND_LN_WARP_BLOCKS78
-                                      : elem_bytes == 2 && packs >= 5 ? ND_LN_WARP_BLOCKS56
-                                      : elem_bytes == 2 && packs == 4 && ND_LN_HOLD4 ? 5
-                                      : elem_bytes == 2 && packs == 3 ? b3
-                                                                      : 7)
+        const int b16 = (packs >= 7 ? ND_LN_WARP_BLOCKS78
+                         : packs >= 5 ? ND_LN_WARP_BLOCKS56
+                         : packs == 4 && ND_LN_HOLD4 ? 5
+                         : packs == 3 ? b3
+                                      : 7) * ND_ROWS_WARP_BLOCK4 / threads;
+        return kind == ND_CTX_WARP ? (elem_bytes == 2 ? (b16 < 32 ? b16 : 32) : 7)
                : threads == 128 && packs <= 3 ? 9
                : elem_bytes == 2 && packs >= 7 && threads <= 256 ? 896 / threads
                                                                  : 0;

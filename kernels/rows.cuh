@@ -62,14 +62,12 @@
  *   write_stats(st, row, prm) the per-row float32 outputs (mean, rstd), by one thread per row
  *   min_blocks(kind, elem bytes, packs, threads, twin lanes)  optional: blocks per SM the
  *                            warp, plain block or split kernel's launch bounds ask for (0: the
- *                            default), i.e. its register cap (nd_rows_min_blocks); twin lanes:
+ *                            default), i.e. its register cap (nd_rows_min_blocks), in blocks of
+ *                            `threads` (the warp kernel's: nd_rows_warp_block); twin lanes:
  *                            the lanes a row of the warp kernel's exact and grid twins, 0 for
  *                            every other kernel
  *   param_hold(elem bytes, packs)  optional: whether a warp-kernel lane of that many packs loads
  *                            all its parameters with x rather than one pack ahead (nd_param_hold)
- *   warp_threads(elem bytes) optional: threads a block of the warp kernel for rows of more
- *                            than ND_ROWS_WARP_SHORT_PACKS packs (nd_rows_warp_block; 0: the
- *                            default, ND_ROWS_WARP_THREADS)
  *   wide_regs(elem bytes, n) optional: whether a warp-kernel lane holding n elements of a 16-bit
  *                            row keeps them as floats, so set(e, f) is exact (nd_wide_regs)
  *   param_l2_last(elem bytes) optional: whether the parameters are loaded with an L2 evict-last
@@ -387,14 +385,15 @@ template <class Op, class T, int VEC, int HOLD = 1, bool PARTIAL = false> struct
  * Warp kernel: groups of W lanes, R rows per group per iteration, PACKS packs per lane per row.
  * ------------------------------------------------------------------------------------------- */
 
-/* Threads a block of the warp kernel, where the op names none (Op::warp_threads): one warp.
+/* Threads a block of the warp kernel: one warp.
  * H200, three alternating rounds, every op built with blocks of 32 threads against 128
  * (bench/results/warp_block32_h200.txt), % of the copy ceiling at 192-1024 columns: float32
  * softmax / log_softmax / RMSNorm +0.4 to +1.9 at every width (1024 columns: softmax 97.7 ->
  * 99.2, log_softmax 97.8 -> 99.7, RMSNorm 96.2 -> 97.8), LayerNorm float32 +0.3 to +1.3 but
  * 192 -1.0; 16-bit RMSNorm 512-1024 +0.2 to +0.9, softmax / log_softmax 192 +0.6 to +0.8;
- * LayerNorm 16-bit 640 / 768 +1.8 / -1.4 (float16), -2.5 / -5.7 (bfloat16), so LayerNorm's
- * 16-bit rows keep blocks of 4 warps (nd_layernorm_op::warp_threads). One reading, not
+ * LayerNorm 16-bit 640 / 768 +1.8 / -1.4 (float16), -2.5 / -5.7 (bfloat16), where its
+ * min_blocks, counted in blocks of 4 warps, then capped no registers; scaled to one-warp blocks
+ * it gains (nd_layernorm_op::min_blocks). One reading, not
  * profiled: a block of one warp retires on its own, four free their slot with the slowest. In a
  * second call (three alternating rounds) float32 1024 columns +1.2 to +1.5 again, 192 -1.1 to
  * +0.6. But the full table of that call (bench/results/goals_h200_warp32.txt, against
@@ -409,22 +408,13 @@ template <class Op, class T, int VEC, int HOLD = 1, bool PARTIAL = false> struct
 #ifndef ND_ROWS_WARP_SHORT_PACKS
 #define ND_ROWS_WARP_SHORT_PACKS 8
 #endif
-/* blocks of 4 warps: the warp kernel's rows of at most ND_ROWS_WARP_SHORT_PACKS packs, and an
- * op's that asks for them (Op::warp_threads) */
+/* blocks of 4 warps: the warp kernel's rows of at most ND_ROWS_WARP_SHORT_PACKS packs */
 enum { ND_ROWS_WARP_BLOCK4 = 128 };
-template <class Op, class = void> struct nd_op_has_warp_threads : std::false_type {};
-template <class Op>
-struct nd_op_has_warp_threads<Op, std::void_t<decltype(Op::warp_threads(0))>> : std::true_type {};
-/* Threads a block of the warp kernel for the op's rows of T in groups of W lanes x PACKS packs */
-template <class Op, class T, int W, int PACKS>
+/* Threads a block of the warp kernel for groups of W lanes x PACKS packs */
+template <int W, int PACKS>
 __host__ __device__ constexpr int nd_rows_warp_block()
 {
-    if (W * PACKS <= ND_ROWS_WARP_SHORT_PACKS)
-        return ND_ROWS_WARP_BLOCK4;
-    int threads = 0;
-    if constexpr (nd_op_has_warp_threads<Op>::value)
-        threads = Op::warp_threads((int)sizeof(T));
-    return threads ? threads : ND_ROWS_WARP_THREADS;
+    return W * PACKS <= ND_ROWS_WARP_SHORT_PACKS ? ND_ROWS_WARP_BLOCK4 : ND_ROWS_WARP_THREADS;
 }
 
 /* The block and chunk kernels of 16-bit rows load the row's first element (ctx.x0, LayerNorm's
@@ -747,9 +737,9 @@ template <int W, int R, int PACKS, int VEC, int XC = 0> struct nd_warp_ctx {
 };
 
 template <class Op, class T, int VEC, int PACKS, int W, int R, int XC = 0>
-__global__ void __launch_bounds__(nd_rows_warp_block<Op, T, W, PACKS>(),
+__global__ void __launch_bounds__(nd_rows_warp_block<W, PACKS>(),
                                   (nd_rows_warp_min_blocks<Op, T, PACKS,
-                                                           nd_rows_warp_block<Op, T, W, PACKS>(),
+                                                           nd_rows_warp_block<W, PACKS>(),
                                                            XC != 0 ? W : 0>()))
 nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
 {
@@ -771,7 +761,7 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
 
     /* pf[r * PACKS + i][thread]: the next iteration's packs, loaded while this one computes */
     constexpr bool PF = false; /* see ND_ROWS_PREFETCH */
-    __shared__ uint4 pf[PF ? R * PACKS : 1][nd_rows_warp_block<Op, T, W, PACKS>()];
+    __shared__ uint4 pf[PF ? R * PACKS : 1][nd_rows_warp_block<W, PACKS>()];
     const int64_t step = nwarps * (GPW * R);
     auto prefetch = [&](int64_t base) {
 #pragma unroll
@@ -1339,7 +1329,7 @@ static nd_status nd_rows_warp_launch(const nd_rows_args<T> &a, const typename Op
 {
     static_assert(XC <= 0 || XC == W * PACKS * VEC, "exact rows: a group's");
     ND_PLAN("warp W=%d packs=%d R=%d%s", W, PACKS, R, nd_rows_twin_word(XC));
-    constexpr int B = nd_rows_warp_block<Op, T, W, PACKS>();
+    constexpr int B = nd_rows_warp_block<W, PACKS>();
     return nd_rows_launch(nd_rows_warp_kernel<Op, T, VEC, PACKS, W, R, XC>, B, 1, 0,
                           nd_rows_warp_units<B, W, R>(a.rows), di, s, err, name, a, prm);
 }

@@ -615,8 +615,7 @@ Test(gpu_rows, lean_kernel_many_rows)
 }
 
 /* The warp kernel's block size (nd_rows_warp_block): blocks of 4 warps for rows of a group of at
- * most 8 packs (lanes x packs a lane) and for LayerNorm's 16-bit rows, blocks of one warp for
- * every other row. Each shape's plan, where it is the warp kernel's, must name the block its
+ * most 8 packs (lanes x packs a lane), blocks of one warp for every other row. Each shape's plan, where it is the warp kernel's, must name the block its
  * geometry should have; on a fast device every shape here takes the warp kernel (so the check
  * holds something there), elsewhere it may take another. */
 Test(gpu_rows, warp_kernel_block_sizes)
@@ -642,8 +641,7 @@ Test(gpu_rows, warp_kernel_block_sizes)
                       "kernel's", nd_op_name(c->op), nd_dtype_name(c->dt), (long long)c->cols, plan);
             continue;
         }
-        const int ln16 = c->op == ND_OP_LAYERNORM && c->dt != ND_FLOAT32;
-        const int want = w * packs <= 8 || ln16 ? 128 : 32;
+        const int want = w * packs <= 8 ? 128 : 32;
         char block[32];
         snprintf(block, sizeof block, " block=%d ", want);
         cr_expect(strstr(plan, block) != NULL, "%s %s %lld columns: plan \"%s\", expected blocks "
