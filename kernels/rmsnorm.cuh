@@ -159,12 +159,19 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * The others (one lane of 3, 8 of 7) were not measured on an H200 and keep the H100's.
      * Since ND_ROWS_WARP_FIT_DOWN, 16-bit 192 and 384 columns take 8 and 16 lanes of 3 before
      * the 4 and 8 lanes of 6 here are asked (H200: 192 88 -> 94, 384 93.4 -> 97;
-     * bench/results/rows_fit_down.txt). */
+     * bench/results/rows_fit_down.txt).
+     * float32 rows of 8 lanes of 3 packs (96 columns), which otherwise take 16 lanes of 2 with
+     * four empty: H200, three alternating rounds in each of two calls, 63.0 -> 94.2 and 62.8 ->
+     * 94.0% of the copy ceiling. With every float32 lane count of 3 packs, 4 lanes (48 columns,
+     * otherwise 8 of 2 with two empty) 91.2 -> 87.1 and 16 (192, otherwise 16 of 4 each a pack
+     * short) 96.6 both ways (bench/results/rms_fit32_h200.txt). Not measured on an H100; taken
+     * on every device. */
     static constexpr bool warp_fit(int elem_bytes, int w, int packs, bool fast)
     {
         const bool fast_fit = fast && (((w == 4 || w == 8) && packs == 6) ||
                                        (w == 16 && (packs == 5 || packs == 7)));
-        return elem_bytes == 2 && (fast_fit || (w >= 2 && packs == 3) || (w == 8 && packs == 5));
+        return elem_bytes == 2 ? fast_fit || (w >= 2 && packs == 3) || (w == 8 && packs == 5)
+                               : w == 8 && packs == 3;
     }
 };
 
