@@ -183,6 +183,9 @@
  * every device (A/B runs). ND_LN_LEAN_P<n>: the geometry (nd_lean_code(lanes a row, rows a
  * group, warps a block), 0: none) of 16-bit rows of n packs (float32 rows:
  * nd_norm_policy::lean). */
+#ifndef ND_LN_FIT_ONE_LANE /* nd_layernorm_policy::warp_fit: 1 takes rows of one lane of 3 packs */
+#define ND_LN_FIT_ONE_LANE 0
+#endif
 #ifndef ND_LN_LEAN
 #define ND_LN_LEAN 1
 #endif
@@ -269,6 +272,18 @@ template <int ELEM_BYTES> struct nd_norm_raw : std::integral_constant<bool, ELEM
  * alternating rounds): 128 columns in 4 lanes of 4 (sub_full 16) 85.8 / 83.5 -> 81.4 / 80.0, and
  * through the tile kernel in 4 lanes of 4 77.3 / 76.3 (bench/results/rows_fit_down.txt). */
 struct nd_layernorm_policy : nd_norm_policy {
+    /* nd_norm_policy's fitted warp geometries but one lane of 3 packs (16-bit 24 columns; under
+     * ND_LN_FIT_ONE_LANE 1 that too): those rows take 2 lanes of 2 packs, one empty, instead.
+     * H200, three alternating rounds, float16 / bfloat16 % of the copy ceiling: 69.9 / 71.9 ->
+     * 73.6 / 74.8 (bench/results/rows_fit_quarter_h200.txt). */
+    static constexpr bool warp_fit(int, int w, int, bool) { return ND_LN_FIT_ONE_LANE || w >= 2; }
+    /* The quarter-lane fits (ND_ROWS_WARP_FIT_QUARTER; its note has the measurements): 2 lanes of
+     * 5 packs (16-bit 80, float32 40 columns), 4 of 5 and 7 (16-bit 160 / 224, float32 80 /
+     * 112), and 2 of 7 for 16-bit rows (112) alone (float32 56 lost 9 points there). */
+    static constexpr bool quarter_fit(int elem_bytes, int w, int packs)
+    {
+        return packs == 5 || (packs == 7 && (w == 4 || elem_bytes == 2));
+    }
     /* Chunks of 256 threads for 16-bit rows too: min_blocks gives them 80 registers (3 blocks an
      * SM), where 8 packs a thread, two parameters and their pipe fit without spilling (512
      * threads at 64 registers spilled 28 bytes and kept the pipe off). H100, three alternating

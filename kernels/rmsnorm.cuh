@@ -173,6 +173,12 @@ struct nd_rmsnorm_policy : nd_norm_policy {
         return elem_bytes == 2 ? fast_fit || (w >= 2 && packs == 3) || (w == 8 && packs == 5)
                                : w == 8 && packs == 3;
     }
+    /* The quarter-lane fits (ND_ROWS_WARP_FIT_QUARTER, whose note has the measurements) of
+     * float32 rows in 4 lanes (80 and 112 columns): 2 lanes lost at every size measured. */
+    static constexpr bool quarter_fit(int elem_bytes, int w, int)
+    {
+        return elem_bytes == 4 && w == 4;
+    }
 };
 
 struct nd_rmsnorm_op {

@@ -1291,6 +1291,29 @@ template <class T> static inline bool nd_rows_on_grid(const nd_rows_args<T> &a)
 #ifndef ND_ROWS_WARP_FIT_DOWN
 #define ND_ROWS_WARP_FIT_DOWN 1
 #endif
+/* 1: rows on the grid in lanes of SP = 2 packs (short of sub_full) that W / 4 lanes of 5-7 packs
+ * hold exactly, where neither fit above takes them, take that geometry's exact twin where the
+ * policy's quarter_fit says so (16-bit 80 columns in 2 lanes of 5 rather than 8 of 2, three of
+ * them empty; 160 / 224 in 4 lanes of 5 / 7 rather than 16 of 2; float32 40 / 56 / 80 / 112 in
+ * 2 or 4 lanes of 5 or 7). H200, three alternating rounds, every op taking every such geometry
+ * (ND_ROWS_WARP_FIT_QUARTER 2), % of the copy ceiling, float16 / bfloat16 / float32
+ * (bench/results/rows_fit_quarter_h200.txt):
+ *   2 lanes of 5   LayerNorm 16-bit 80 56.4 / 56.1 -> 81.3 / 81.0, float32 40 57.3 -> 72.6;
+ *                  softmax 16-bit 80 68.3 / 68.4 -> 86.1 / 85.8, log_softmax 79.1 / 74.3 ->
+ *                  87.9 / 88.2; but float32 40 softmax -1.6, log_softmax +1.0, and RMSNorm
+ *                  lost at both sizes (16-bit 80 94.2-94.6 -> 85.8-86.4, float32 40 -7.7)
+ *   2 lanes of 7   LayerNorm 16-bit 112 71.0 / 70.7 -> 80.0 / 78.7; every other op and
+ *                  float32 56 lost 0.3-16.7 (LayerNorm float32 56 72.2 -> 63.0)
+ *   4 lanes of 5   float32 80 LayerNorm 54.4 -> 89.8, RMSNorm 55.0 -> 89.2, softmax 84.4 ->
+ *                  96.0, log_softmax 82.4 -> 94.5; LayerNorm 16-bit 160 53.8 / 53.8 -> 83.9 /
+ *                  82.3 (the other ops' 16-bit 160 take other geometries first)
+ *   4 lanes of 7   float32 112 LayerNorm 70.7 -> 84.4, RMSNorm 71.3 -> 83.5, softmax +2.3,
+ *                  log_softmax +4.0; LayerNorm 16-bit 224 70.1 / 69.9 -> 84.9 / 83.2
+ * The policies take the gains (quarter_fit). Not measured on an H100; taken on every device.
+ * 2: every such geometry, whatever the policy says (A/B runs); 0: never. */
+#ifndef ND_ROWS_WARP_FIT_QUARTER
+#define ND_ROWS_WARP_FIT_QUARTER 1
+#endif
 /* Whether rows of exactly w lanes x packs packs take that fitted geometry: the policy's
  * warp_fit(element bytes, w, packs, fast), or every one under ND_ROWS_WARP_FIT 2. */
 template <class Pol> constexpr bool nd_rows_warp_fit(int elem_bytes, int w, int packs, bool fast)
@@ -1438,6 +1461,10 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *                  of packs (ND_ROWS_WARP_FIT) or w lanes of packs + 1 with every lane a pack
  *                  short (ND_ROWS_WARP_FIT_DOWN, packs = kSubPacks - 1), take that fitted
  *                  geometry's exact twin, on a device of the fast class or not
+ *   quarter_fit(element bytes, w, packs)  whether rows on the grid of exactly w lanes x packs
+ *                  packs (5-7), where the branches below would take 4w lanes of 2 packs with
+ *                  some empty and neither fit above holds the row, take that geometry's exact
+ *                  twin (ND_ROWS_WARP_FIT_QUARTER)
  * Choice by P, the most 16-byte packs any row spans (for rows that take the stage kernel, the
  * packs of the row's own grid, ceil(cols / VEC); the sub-warp branch's geometry then runs as the
  * stage kernel):
@@ -1548,6 +1575,29 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                         constexpr int XC = WF * PACKS * VEC;
                         return nd_rows_warp_launch<Op, T, VEC, PACKS, WF, R, XC>(a, prm, di, s,
                                                                                  name, err);
+                    });
+            }
+            /* ND_ROWS_WARP_FIT_QUARTER: W / 4 lanes of 5-7 packs (lanes of SP = 2), holding
+             * the row exactly, where neither fit above does (16-bit 80 and 160 columns: 2 lanes
+             * of 5 and 4 of 5 rather than 8 and 16 lanes of 2, with 3 and 6 lanes empty) */
+            if constexpr (ND_ROWS_WARP_FIT_QUARTER && ND_ROWS_EXACT && W >= 8 && SP == 2 &&
+                          4 * SP - 1 <= PM) {
+                constexpr int WQ = W / 4;
+                if (P % WQ == 0 && P / WQ > 2 * SP && P / WQ < 4 * SP && exact((int)P * VEC) &&
+                    (ND_ROWS_WARP_FIT_QUARTER == 2 ||
+                     Pol::quarter_fit((int)sizeof(T), WQ, (int)(P / WQ))))
+                    return nd_rows_pick<2 * SP + 1, 4 * SP - 1>((int)(P / WQ), [&](auto pk) {
+                        constexpr int PACKS = decltype(pk)::value;
+                        constexpr int R = nd_rows_warp_r<Pol>(WQ, PACKS);
+                        constexpr int XC = WQ * PACKS * VEC;
+                        /* kernels for the geometries the policy takes, no others */
+                        if constexpr (ND_ROWS_WARP_FIT_QUARTER == 2 ||
+                                      Pol::quarter_fit((int)sizeof(T), WQ, PACKS))
+                            return nd_rows_warp_launch<Op, T, VEC, PACKS, WQ, R, XC>(a, prm, di, s,
+                                                                                     name, err);
+                        else
+                            return nd_error_set(err, ND_EUNSUPPORTED, "%s: no warp kernel of %d x "
+                                                "%d packs", name, WQ, PACKS);
                     });
             }
             return nd_rows_pick<(W == 1 ? 1 : SP), SP>((int)P, [&](auto pk) {

@@ -124,6 +124,13 @@ template <bool LOG> struct nd_softmax_policy {
         return (w >= 2 && w <= 8 && packs <= 6) || (w == 16 && packs == 3) ||
                (fast && elem_bytes == 2 && w == 16 && (packs == 5 || packs == 7));
     }
+    /* The quarter-lane fits (ND_ROWS_WARP_FIT_QUARTER, whose note has the measurements): 16-bit
+     * rows in 2 lanes of 5 packs (80 columns), float32 rows in 4 lanes (80, 112); float32 in 2
+     * lanes of 5 moved -1.6 / +1.0 (softmax / log_softmax), 2 of 7 lost 2-17 points. */
+    static constexpr bool quarter_fit(int elem_bytes, int w, int packs)
+    {
+        return elem_bytes == 2 ? w == 2 && packs == 5 : w == 4;
+    }
     /* float32 rows of 6145-8192 packs take one block of 1024 threads a row, not the split kernel's
      * chunks (H100, three alternating rounds against the split kernel, % of the copy ceiling,
      * float32 49152 rows of 20480 / 24576 / 28672 / 32768 columns, 5-8 packs a thread;

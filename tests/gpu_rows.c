@@ -243,9 +243,12 @@ static void run_op_dtype(nd_op op, nd_dtype dt, uint64_t seed)
      * 128 threads of 4), which run the grid twins of the warp and block kernels
      * (ND_ROWS_GRID_TWIN; 16-bit 200 in 8 lanes of 4, 392 in 16 of 4, 24 in 2 lanes of 2, 40
      * and 56 in 4 of 2, float32 4800 in 512 threads of 3, 20488 in a block of 1024 where the
-     * policy takes one), mean 0 and 1e4, and without parameters or statistics */
-    static const int64_t partial_widths[] = {24,  40,  48,  56,  96,   192,  200,  320,  384,
-                                             392, 576, 640, 896, 1600, 3200, 4800, 20488};
+     * policy takes one), and of ND_ROWS_WARP_FIT_QUARTER where a policy takes them (2 and 4
+     * lanes of 5 or 7 packs: 16-bit 80 / 112 / 160 / 224, float32 40 / 56 / 80 / 112), mean 0
+     * and 1e4, and without parameters or statistics */
+    static const int64_t partial_widths[] = {24,  40,  48,  56,  80,  96,   112,  160,  192, 200,
+                                             224, 320, 384, 392, 576, 640, 896, 1600, 3200, 4800,
+                                             20488};
     for (size_t i = 0; i < sizeof partial_widths / sizeof partial_widths[0]; i++)
         for (int m = 0; m < 3; m++) {
             rcase c = {op, dt, 37, partial_widths[i], 0, 0, m < 2, m < 2, m == 1 ? 1e4 : 0.0,
@@ -651,6 +654,35 @@ Test(gpu_rows, warp_kernel_block_sizes)
     CUDA_OK(cudaDeviceSynchronize());
     cudaFree(x);
     cudaFree(y);
+}
+
+/* The fitted warp geometries that the policies choose per op and dtype (warp_fit, quarter_fit in
+ * kernels/rows.cuh): rows that a power-of-two group would leave lanes empty in take fewer lanes
+ * of more packs where that measured faster, and keep the group where it did not. */
+Test(gpu_rows, fitted_geometries_by_op)
+{
+    need_device();
+    static const plan_case plans[] = {
+        /* 2 lanes of 5: LayerNorm every dtype, softmax and log_softmax 16-bit */
+        {ND_OP_LAYERNORM, ND_FLOAT16, 80, 0, "warp W=2 packs=5 R=1 exact"},
+        {ND_OP_LAYERNORM, ND_FLOAT32, 40, 0, "warp W=2 packs=5 R=1 exact"},
+        {ND_OP_SOFTMAX, ND_BFLOAT16, 80, 0, "warp W=2 packs=5 R=1 exact"},
+        {ND_OP_LOG_SOFTMAX, ND_FLOAT16, 80, 0, "warp W=2 packs=5 R=1 exact"},
+        {ND_OP_RMSNORM, ND_FLOAT16, 80, 0, "warp W=8 packs=2 "},
+        /* 2 lanes of 7: LayerNorm 16-bit alone */
+        {ND_OP_LAYERNORM, ND_BFLOAT16, 112, 0, "warp W=2 packs=7 R=1 exact"},
+        {ND_OP_LAYERNORM, ND_FLOAT32, 56, 0, "warp W=8 packs=2 "},
+        {ND_OP_RMSNORM, ND_FLOAT16, 112, 0, "warp W=8 packs=2 "},
+        /* 4 lanes of 5 and 7 */
+        {ND_OP_LAYERNORM, ND_FLOAT16, 160, 0, "warp W=4 packs=5 R=1 exact"},
+        {ND_OP_LAYERNORM, ND_BFLOAT16, 224, 0, "warp W=4 packs=7 R=1 exact"},
+        {ND_OP_RMSNORM, ND_FLOAT32, 80, 0, "warp W=4 packs=5 R=1 exact"},
+        {ND_OP_SOFTMAX, ND_FLOAT32, 112, 0, "warp W=4 packs=7 R=1 exact"},
+        {ND_OP_LOG_SOFTMAX, ND_FLOAT32, 80, 0, "warp W=4 packs=5 R=1 exact"},
+        /* RMSNorm float32 in 8 lanes of 3; LayerNorm 16-bit 24 columns in 2 lanes of 2, not 1 of 3 */
+        {ND_OP_RMSNORM, ND_FLOAT32, 96, 0, "warp W=8 packs=3 R=1 exact"},
+        {ND_OP_LAYERNORM, ND_FLOAT16, 24, 0, "warp W=2 packs=2 "}};
+    check_plans(plans, sizeof plans / sizeof plans[0], NULL, NULL);
 }
 
 /* ---------------------------------------------------------------------------------------------
