@@ -9,8 +9,11 @@
  * rotating among k input/output sets so the working set is well past L2; the graph is replayed
  * after a warm-up and the median replay time over N is the time per launch. Inputs are random.
  *
- *   bench_gpu [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] [--cols N[,N...]] [--csv PATH]
- *             [--quick] [--rest-ms MS] [--pre-alloc-mb MB] [--warm-ms MS]
+ *   bench_gpu [--suite rows|axis|prelu|all|widths] [--op NAME] [--dtype NAME] [--cols N[,N...]]
+ *             [--csv PATH] [--quick] [--rest-ms MS] [--pre-alloc-mb MB] [--warm-ms MS]
+ *
+ * "all" is the rows, axis and prelu suites (the goals of bench/plot.py); "widths" is a survey of
+ * 36 more row widths of models, run only when asked for.
  *
  * Prints a table and writes CSV (default bench/results/gpu.csv). Each line ends with the plan the
  * dispatch picked for that shape (nd_cuda_last_plan: kernel, packs, lanes, block, grid), so a
@@ -72,6 +75,19 @@ static std::vector<shape> make_shapes(bool quick, const std::vector<int64_t> &ex
             v.push_back({"rows", op, nm, r, c, 1});
         }
     }
+    /* the widths suite (not in "all"): rows of 49152 x hidden sizes of models that the rows
+     * suite lacks, where a width's packs leave a power-of-two group of lanes or threads short
+     * (the fitted geometries of kernels/rows.cuh take some; a survey for the others) */
+    const int64_t widths[] = {24,   40,   48,   56,   72,   80,    96,    112,   160,
+                              224,  288,  320,  352,  416,  448,   576,   704,   832,
+                              896,  960,  1152, 1408, 1792, 2304,  2560,  2816,  3072,
+                              3584, 4608, 6144, 7168, 9216, 11008, 12800, 14336, 18432};
+    for (const char *op : row_ops)
+        for (int64_t c : widths) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "49152x%lld", (long long)c);
+            v.push_back({"widths", op, nm, 49152, c, 1});
+        }
     struct ax { int64_t s[4]; int rank, axis; };
     const ax axes[] = {{{128, 128, 16, 16}, 4, 0}, {{512, 896, 4, 12}, 4, 1},
                        {{32, 1000, 56, 56}, 4, 1}, {{8, 32768, 64, 1}, 3, 1},
@@ -139,7 +155,7 @@ int main(int argc, char **argv)
         else if (a == "--warm-ms" && i + 1 < argc)
             g_warm_ms = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] "
+            fprintf(stderr, "usage: %s [--suite rows|axis|prelu|all|widths] [--op NAME] [--dtype NAME] "
                     "[--cols N[,N...]] [--csv PATH] [--quick] [--rest-ms MS] [--pre-alloc-mb MB] "
                     "[--warm-ms MS]\n", argv[0]);
             return 2;
@@ -174,7 +190,7 @@ int main(int argc, char **argv)
     }
     const nd_dtype dts[] = {ND_FLOAT32, ND_FLOAT16, ND_BFLOAT16};
     for (const shape &sh : make_shapes(quick, only_cols)) {
-        if (suite != "all" && suite != sh.suite)
+        if (suite != sh.suite && (suite != "all" || sh.suite == "widths"))
             continue;
         if (!only_op.empty() && only_op != sh.op)
             continue;
