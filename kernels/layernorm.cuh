@@ -183,6 +183,9 @@
  * every device (A/B runs). ND_LN_LEAN_P<n>: the geometry (nd_lean_code(lanes a row, rows a
  * group, warps a block), 0: none) of 16-bit rows of n packs (float32 rows:
  * nd_norm_policy::lean). */
+#ifndef ND_LN_BLOCK_MIN16 /* nd_layernorm_policy::block_min for 16-bit rows */
+#define ND_LN_BLOCK_MIN16 64
+#endif
 #ifndef ND_LN_FIT_ONE_LANE /* nd_layernorm_policy::warp_fit: 1 takes rows of one lane of 3 packs */
 #define ND_LN_FIT_ONE_LANE 0
 #endif
@@ -272,6 +275,18 @@ template <int ELEM_BYTES> struct nd_norm_raw : std::integral_constant<bool, ELEM
  * alternating rounds): 128 columns in 4 lanes of 4 (sub_full 16) 85.8 / 83.5 -> 81.4 / 80.0, and
  * through the tile kernel in 4 lanes of 4 77.3 / 76.3 (bench/results/rows_fit_down.txt). */
 struct nd_layernorm_policy : nd_norm_policy {
+    /* The block kernel's smallest block: 64 threads for 16-bit rows (ND_LN_BLOCK_MIN16), so rows
+     * of 257-512 packs (2056-4096 columns) take 64 threads of 5-8 packs rather than 128 of 3-4.
+     * H200, five alternating rounds, float16 / bfloat16 % of the copy ceiling
+     * (bench/results/ln_block64_h200.txt): 2304 columns 78.3 / 80.6 -> 97.2 / 97.2, 2560 82.6 /
+     * 85.0 -> 97.9 / 98.0, 2816 86.6 / 89.2 -> 98.5 / 98.1, 3584 91.4 / 92.6 -> 97.6 / 97.4,
+     * 3072 +0.4 / +0.5, 4096 -0.3 / -0.5. float32 rows keep 128 (nd_norm_policy's): from 64,
+     * 1152 and 1600 columns gained (91.4 -> 98.3, 95.8 -> 97.9) but 1536 and 1792 lost (99.1
+     * -> 96.5, 99.0 -> 97.7). Not measured on an H100. */
+    static constexpr int block_min(int elem_bytes)
+    {
+        return elem_bytes == 2 ? ND_LN_BLOCK_MIN16 : kBlockMin;
+    }
     /* nd_norm_policy's fitted warp geometries but one lane of 3 packs (16-bit 24 columns; under
      * ND_LN_FIT_ONE_LANE 1 that too): those rows take 2 lanes of 2 packs, one empty, instead.
      * H200, three alternating rounds, float16 / bfloat16 % of the copy ceiling: 69.9 / 71.9 ->

@@ -1424,6 +1424,8 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *                  from 2 or 4 lanes)
  *   kBlockMin, kBlockMax   block sizes of the block kernel (powers of two, 64 <= kBlockMin,
  *                  kBlockMax <= 8 * kBlockMin)
+ *   block_min(element bytes)  the smallest block of the block kernel for rows of that element
+ *                  size (a power of two, kBlockMax <= 8 * block_min)
  *   split_threads(element bytes)  threads of the split kernel's chunk blocks (8 packs each)
  *   split_threads_long(element bytes, fast)  optional: the same for rows of more than
  *                  ND_ROWS_SPLIT_LONG_CHUNKS (32) such chunks, on a device of
@@ -1653,7 +1655,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
     }
     /* the block kernel, TH threads of `packs` packs a row: P > 32 * PM, and P > TH / 2 * PM for
      * TH > BMIN */
-    constexpr int BMIN = Pol::kBlockMin;
+    constexpr int BMIN = Pol::block_min((int)sizeof(T));
     auto block = [&](auto th, int packs) {
         constexpr int TH = decltype(th)::value;
         return nd_rows_pick<(TH == BMIN ? 32 * PM / BMIN + 1 : PM / 2 + 1), PM>(packs, [&](auto pk) {

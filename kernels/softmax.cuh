@@ -84,6 +84,7 @@ template <bool LOG> struct nd_softmax_policy {
      * 1536-2048 within +-1 (the norms lost up to 3 points this way and keep 128) */
     static constexpr int kBlockMin = 64;
     static constexpr int kBlockMax = 512;
+    static constexpr int block_min(int) { return kBlockMin; }
     /* The tile kernel (rows_tile.cuh, 2 tiles a block) for 16-bit rows in groups of 4 lanes x 4
      * packs (72-128 columns) on every device, and on a fast one (an H200) also float32 rows in
      * groups of 8 x 2 (33-64). Against the warp kernel, two alternating rounds, % of the copy

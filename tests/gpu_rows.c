@@ -658,7 +658,8 @@ Test(gpu_rows, warp_kernel_block_sizes)
 
 /* The fitted warp geometries that the policies choose per op and dtype (warp_fit, quarter_fit in
  * kernels/rows.cuh): rows that a power-of-two group would leave lanes empty in take fewer lanes
- * of more packs where that measured faster, and keep the group where it did not. */
+ * of more packs where that measured faster, and keep the group where it did not; and the block
+ * sizes LayerNorm's policy starts from (block_min). */
 Test(gpu_rows, fitted_geometries_by_op)
 {
     need_device();
@@ -681,7 +682,11 @@ Test(gpu_rows, fitted_geometries_by_op)
         {ND_OP_LOG_SOFTMAX, ND_FLOAT32, 80, 0, "warp W=4 packs=5 R=1 exact"},
         /* RMSNorm float32 in 8 lanes of 3; LayerNorm 16-bit 24 columns in 2 lanes of 2, not 1 of 3 */
         {ND_OP_RMSNORM, ND_FLOAT32, 96, 0, "warp W=8 packs=3 R=1 exact"},
-        {ND_OP_LAYERNORM, ND_FLOAT16, 24, 0, "warp W=2 packs=2 "}};
+        {ND_OP_LAYERNORM, ND_FLOAT16, 24, 0, "warp W=2 packs=2 "},
+        /* LayerNorm's block kernel from 64 threads for 16-bit rows, 128 for float32 (block_min) */
+        {ND_OP_LAYERNORM, ND_FLOAT16, 2304, 0, "block packs=5 whole-packs block=64 "},
+        {ND_OP_LAYERNORM, ND_BFLOAT16, 2560, 0, "block packs=5 exact block=64 "},
+        {ND_OP_LAYERNORM, ND_FLOAT32, 1152, 0, "block packs=3 whole-packs block=128 "}};
     check_plans(plans, sizeof plans / sizeof plans[0], NULL, NULL);
 }
 
