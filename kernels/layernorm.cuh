@@ -280,7 +280,8 @@ struct nd_layernorm_policy : nd_norm_policy {
      * H200, five alternating rounds, float16 / bfloat16 % of the copy ceiling
      * (bench/results/ln_block64_h200.txt): 2304 columns 78.3 / 80.6 -> 97.2 / 97.2, 2560 82.6 /
      * 85.0 -> 97.9 / 98.0, 2816 86.6 / 89.2 -> 98.5 / 98.1, 3584 91.4 / 92.6 -> 97.6 / 97.4,
-     * 3072 +0.4 / +0.5, 4096 -0.3 / -0.5. float32 rows keep 128 (nd_norm_policy's): from 64,
+     * 3072 +0.4 / +0.5, 4096 -0.3 / -0.5; a second call (one run): 2304 97.9 / 98.2, 2560 98.2
+     * / 98.2, 2816 98.6 / 97.1, 3584 97.6 / 97.8. float32 rows keep 128 (nd_norm_policy's): from 64,
      * 1152 and 1600 columns gained (91.4 -> 98.3, 95.8 -> 97.9) but 1536 and 1792 lost (99.1
      * -> 96.5, 99.0 -> 97.7). Not measured on an H100. */
     static constexpr int block_min(int elem_bytes)
