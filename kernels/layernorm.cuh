@@ -281,9 +281,9 @@ struct nd_layernorm_policy : nd_norm_policy {
      * (bench/results/ln_block64_h200.txt): 2304 columns 78.3 / 80.6 -> 97.2 / 97.2, 2560 82.6 /
      * 85.0 -> 97.9 / 98.0, 2816 86.6 / 89.2 -> 98.5 / 98.1, 3584 91.4 / 92.6 -> 97.6 / 97.4,
      * 3072 +0.4 / +0.5, 4096 -0.3 / -0.5; a second call (one run): 2304 97.9 / 98.2, 2560 98.2
-     * / 98.2, 2816 98.6 / 97.1, 3584 97.6 / 97.8. float32 rows keep 128 (nd_norm_policy's): from 64,
-     * 1152 and 1600 columns gained (91.4 -> 98.3, 95.8 -> 97.9) but 1536 and 1792 lost (99.1
-     * -> 96.5, 99.0 -> 97.7). Not measured on an H100. */
+     * / 98.2, 2816 98.6 / 97.1, 3584 97.6 / 97.8. float32 rows keep 128 (nd_norm_policy's):
+     * from 64, 1152 and 1600 columns gained (91.4 -> 98.3, 95.8 -> 97.9) but 1536 and 1792 lost
+     * (99.1 -> 96.5, 99.0 -> 97.7). Not measured on an H100. */
     static constexpr int block_min(int elem_bytes)
     {
         return elem_bytes == 2 ? ND_LN_BLOCK_MIN16 : kBlockMin;
@@ -553,11 +553,11 @@ struct nd_layernorm_op {
      * / 94.9, 768 96.2 / 97.0 -> 96.3 / 96.7, 1280 +0.4 / +0.3, 1536 +0.7 / +0.2, 2048 96.6 /
      * 96.8 -> 97.7 / 98.4; a second call, 640 +0.1 / +0.2, 768 0 / 0, 1280 -0.1 / +0.2, 1536
      * +0.5 / +0.2, 2048 97.1 / 96.9 -> 98.2 / 98.4 (most of these kernels are the same code
-     * as before, cuobjdump -sass compared: the launch changed). In one-warp blocks with these counts unscaled (no cap: 72-96
-     * registers where these take 56-80) 640 moved +1.8 / -2.5 and 768 -1.4 / -5.7
-     * (bench/results/warp_block32_h200.txt). float32 rows keep 7 in one-warp blocks, 224 threads
-     * an SM, no cap below nvcc's own (as that file measured them; scaled to 72 registers they
-     * moved -0.6 to +0.5 at 192-1024 columns in the run above). */
+     * as before, cuobjdump -sass compared: the launch changed). In one-warp blocks with these
+     * counts unscaled (no cap: 72-96 registers where these take 56-80) 640 moved +1.8 / -2.5 and
+     * 768 -1.4 / -5.7 (bench/results/warp_block32_h200.txt). float32 rows keep 7 in one-warp
+     * blocks, 224 threads an SM, no cap below nvcc's own (as that file measured them; scaled to
+     * 72 registers they moved -0.6 to +0.5 at 192-1024 columns in the run above). */
     static constexpr int min_blocks(int kind, int elem_bytes, int packs, int threads,
                                     int twin_lanes)
     {
