@@ -1484,7 +1484,8 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *                                full) > 0 and
  *                                nd_rows_tile_ok: x, y on the 16-byte grid, whole packs a row)
  *   loop(element bytes, P, fast) loop kernel (rows_loop.cuh), rows on the grid (on_grid)
- *   P <= kBlockMax * PM          block kernel, the smallest block that holds the row
+ *   P <= kBlockMax * PM          block kernel, the smallest block (from block_min) that
+ *                                holds the row
  *   P <= 1024 * PM               block kernel of 1024 threads, where big_block says so
  *   P > kBlockMax * PM           split kernel (rows_split.cuh): chunk blocks of split_threads
  *                                threads combining through global memory, while a quarter of
