@@ -7,7 +7,7 @@ L2, replays it for at least --warm-ms (default 50, as bench_gpu) to warm up and 
 of several replays. torch.compile is reset between shapes (torch._dynamo.reset()), or after 8
 recompiles it would silently fall back to eager.
 
-    torch_bench.py [--suite rows|axis|prelu|all] [--op NAME] [--dtype NAME] [--csv PATH]
+    torch_bench.py [--suite rows|axis|prelu|all|widths] [--op NAME] [--dtype NAME] [--csv PATH]
                    [--impl eager,compile[,copy]] [--quick] [--budget-s SECONDS] [--nvtx-once]
 
 Writes CSV (default bench/results/torch.csv): suite, op, dtype, shape, impl, time_us, gbps.
@@ -55,6 +55,13 @@ def make_shapes(quick, extra=()):
               (96, 512, 7, 7), (96, 64, 111, 111)):
         v.append(("prelu", "prelu", "(" + ",".join(map(str, s)) + ")", s, 1))
     v.append(("prelu", "prelu_shared", "(96,64,112,112)", (96, 64, 112, 112), 1))
+    # the widths suite, not in "all" (as bench_gpu's)
+    widths = [24, 40, 48, 56, 72, 80, 96, 112, 160, 224, 288, 320, 352, 416, 448, 576, 704, 832,
+              896, 960, 1152, 1408, 1792, 2304, 2560, 2816, 3072, 3584, 4608, 6144, 7168, 9216,
+              11008, 12800, 14336, 18432]
+    for op in ("layernorm", "rmsnorm", "softmax", "log_softmax"):
+        for c in widths:
+            v.append(("widths", op, f"49152x{c}", (49152, c), -1))
     return v
 
 
@@ -147,7 +154,8 @@ def main():
 
     def shapes():
         return [s for s in make_shapes(args.quick, only_cols)
-                if args.suite in ("all", s[0]) and (not args.op or args.op == s[1])
+                if (args.suite == s[0] or (args.suite == "all" and s[0] != "widths"))
+                and (not args.op or args.op == s[1])
                 and (not only_cols or s[3][s[4]] in only_cols)]
     impls = args.impl.split(",")
     t_start = time.time()
