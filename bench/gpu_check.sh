@@ -8,7 +8,8 @@
 #
 #   BIN=build                   where tests/gpu_* and bench/bench_gpu are (a carried subset of
 #                               build/ works: BIN=build/carry)
-#   SUITE=rows|axis|prelu|all|widths   which benchmark shapes (default rows)
+#   SUITE=rows|axis|prelu|all|widths
+#                               which benchmark shapes (default rows)
 #   TESTS="gpu_rows gpu_axis"   which test programs (default: every build/tests/gpu_*)
 #   TORCH_IMPL=eager,compile    PyTorch variants (add copy: x.clone() in PyTorch's harness);
 #                               TORCH_BUDGET_S caps the compile time spent
