@@ -155,9 +155,9 @@ int main(int argc, char **argv)
         else if (a == "--warm-ms" && i + 1 < argc)
             g_warm_ms = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--suite rows|axis|prelu|all|widths] [--op NAME] [--dtype NAME] "
-                    "[--cols N[,N...]] [--csv PATH] [--quick] [--rest-ms MS] [--pre-alloc-mb MB] "
-                    "[--warm-ms MS]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--suite rows|axis|prelu|all|widths] [--op NAME] "
+                    "[--dtype NAME] [--cols N[,N...]] [--csv PATH] [--quick] [--rest-ms MS] "
+                    "[--pre-alloc-mb MB] [--warm-ms MS]\n", argv[0]);
             return 2;
         }
     }

@@ -286,7 +286,7 @@ struct nd_layernorm_policy : nd_norm_policy {
      * (99.1 -> 96.5, 99.0 -> 97.7). Not measured on an H100. */
     static constexpr int block_min(int elem_bytes)
     {
-        return elem_bytes == 2 ? ND_LN_BLOCK_MIN16 : kBlockMin;
+        return elem_bytes == 2 ? ND_LN_BLOCK_MIN16 : nd_norm_policy::block_min(elem_bytes);
     }
     /* nd_norm_policy's fitted warp geometries but one lane of 3 packs (16-bit 24 columns; under
      * ND_LN_FIT_ONE_LANE 1 that too): those rows take 2 lanes of 2 packs, one empty, instead.

@@ -44,10 +44,9 @@ struct nd_norm_policy {
     static constexpr int kSubPacks = 4;      /* packs per lane in the sub-warp kernel */
     /* rows of this many packs and more take kSubPacks packs a lane */
     static constexpr int sub_full(int) { return 8 * kSubPacks; }
-    static constexpr int kBlockMin = 128;
-    static constexpr int kBlockMax = 512;
     /* the smallest block of the block kernel for rows of that element size */
-    static constexpr int block_min(int) { return kBlockMin; }
+    static constexpr int block_min(int) { return 128; }
+    static constexpr int kBlockMax = 512;
     /* Threads of a split kernel's chunk block (rows_split.cuh; chunks of 8 packs a thread): 256
      * for float32, 512 for 16-bit. H100, three alternating rounds, % of the copy ceiling, 512 ->
      * 256: float32 RMSNorm 128x1048576 84.9 -> 89.0, 512x262144 94.2 -> 93.3, 2048x65536 97.1

@@ -1422,10 +1422,9 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *                  packs; half as many below sub_full(element bytes) (8 * kSubPacks; for
  *                  16-bit rows softmax's is 2 * kSubPacks and log_softmax's 4 * kSubPacks:
  *                  from 2 or 4 lanes)
- *   kBlockMin, kBlockMax   block sizes of the block kernel (powers of two, 64 <= kBlockMin,
- *                  kBlockMax <= 8 * kBlockMin)
- *   block_min(element bytes)  the smallest block of the block kernel for rows of that element
- *                  size (a power of two, kBlockMax <= 8 * block_min)
+ *   block_min(element bytes), kBlockMax   the smallest block of the block kernel for rows of
+ *                  that element size, and the largest (powers of two, 64 <= block_min,
+ *                  kBlockMax <= 8 * block_min)
  *   split_threads(element bytes)  threads of the split kernel's chunk blocks (8 packs each)
  *   split_threads_long(element bytes, fast)  optional: the same for rows of more than
  *                  ND_ROWS_SPLIT_LONG_CHUNKS (32) such chunks, on a device of
@@ -1694,7 +1693,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         while ((int64_t)threads * PM < P)
             threads *= 2;
         const int packs = (int)((P + threads - 1) / threads);
-        static_assert(Pol::kBlockMax <= 8 * BMIN, "block sizes: kBlockMin .. 8x");
+        static_assert(Pol::kBlockMax <= 8 * BMIN, "block sizes: block_min .. 8x");
         if (threads == BMIN)
             return block(std::integral_constant<int, BMIN>(), packs);
         if (threads == 2 * BMIN)

@@ -83,9 +83,8 @@ template <bool LOG> struct nd_softmax_policy {
      * than 128 x 4: H200 softmax f16/bf16 4096 +6 points (91 -> 97%), log_softmax -1.3, float32
      * 1536-2048 within +-1 (the norms lost up to 3 points this way and kept 128; LayerNorm's
      * 16-bit rows take 64 since, nd_layernorm_policy::block_min) */
-    static constexpr int kBlockMin = 64;
+    static constexpr int block_min(int) { return 64; }
     static constexpr int kBlockMax = 512;
-    static constexpr int block_min(int) { return kBlockMin; }
     /* The tile kernel (rows_tile.cuh, 2 tiles a block) for 16-bit rows in groups of 4 lanes x 4
      * packs (72-128 columns) on every device, and on a fast one (an H200) also float32 rows in
      * groups of 8 x 2 (33-64). Against the warp kernel, two alternating rounds, % of the copy
