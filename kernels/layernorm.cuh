@@ -300,6 +300,13 @@ struct nd_layernorm_policy : nd_norm_policy {
     {
         return packs == 5 || (packs == 7 && (w == 4 || elem_bytes == 2));
     }
+    /* The tail fits (ND_ROWS_WARP_FIT_TAIL, whose note has the measurements): lanes of 5 packs,
+     * and 16-bit rows in 4 lanes or more of 6-7, float32 rows in 4 lanes of 6-7; not 16-bit 2
+     * lanes of 6-7 (-0.1 to -8.8), float32 8 and 16 lanes of 6-7 (-1.0 to -3.8). */
+    static constexpr bool tail_fit(int elem_bytes, int w, int packs)
+    {
+        return packs == 5 || w == 4 || (elem_bytes == 2 && w >= 4);
+    }
     /* Chunks of 256 threads for 16-bit rows too: min_blocks gives them 80 registers (3 blocks an
      * SM), where 8 packs a thread, two parameters and their pipe fit without spilling (512
      * threads at 64 registers spilled 28 bytes and kept the pipe off). H100, three alternating

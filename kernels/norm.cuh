@@ -71,6 +71,8 @@ struct nd_norm_policy {
     static constexpr bool warp_fit(int, int, int, bool) { return true; }
     /* no quarter-lane fits (ND_ROWS_WARP_FIT_QUARTER); LayerNorm and RMSNorm name theirs */
     static constexpr bool quarter_fit(int, int, int) { return false; }
+    /* no tail fits (ND_ROWS_WARP_FIT_TAIL) */
+    static constexpr bool tail_fit(int, int, int) { return false; }
     /* rows past kBlockMax x 8 packs take the split kernel, not one block of 1024 threads */
     static constexpr bool big_block(int, int, bool) { return false; }
     /* rows off the 16-byte grid of at most this many packs of their own grid (ceil(cols / VEC))

@@ -179,6 +179,13 @@ struct nd_rmsnorm_policy : nd_norm_policy {
     {
         return elem_bytes == 4 && w == 4;
     }
+    /* The tail fits (ND_ROWS_WARP_FIT_TAIL, whose note has the measurements): 16-bit rows in 8
+     * or 16 lanes of 5 packs, float32 rows in lanes of 5 and in 4 lanes of 6-7. 16-bit rows in 2
+     * or 4 lanes lost 1.6-23 points at every size, 8 and 16 lanes of 6-7 2-5 (float32 1.4-2.6). */
+    static constexpr bool tail_fit(int elem_bytes, int w, int packs)
+    {
+        return elem_bytes == 2 ? packs == 5 && w >= 8 : packs == 5 || w == 4;
+    }
 };
 
 struct nd_rmsnorm_op {

@@ -1314,6 +1314,48 @@ template <class T> static inline bool nd_rows_on_grid(const nd_rows_args<T> &a)
 #ifndef ND_ROWS_WARP_FIT_QUARTER
 #define ND_ROWS_WARP_FIT_QUARTER 1
 #endif
+/* 1: rows on the grid that the power-of-two group below leaves many packs empty in (16-bit 72
+ * columns: 9 packs in 8 lanes of 2, 7 empty; 288: 36 packs in 16 lanes of 4, 28 empty; 576: 72
+ * in 32 lanes of 3, 24 empty) take fewer lanes of 5-7 packs in the grid twin, the row's packs
+ * spread over them with at most one pack a lane empty (2 lanes of 5, 8 of 5, 16 of 5), where
+ * that leaves at most half as many packs empty and the policy's tail_fit says so: for the
+ * sub-warp groups W x SP / 8 lanes (a quarter of W lanes of 2 packs, half of W lanes of 4), for
+ * a full warp 16 lanes. Rows that such a geometry holds exactly are the fits' above, not this
+ * one's. H200, three alternating rounds in each of two calls, every op taking every such
+ * geometry (ND_ROWS_WARP_FIT_TAIL 2) against the library, % of the copy ceiling, float16 /
+ * bfloat16 (bench/results/rows_fit_tail_h200.txt):
+ *   lanes of 5   gained wherever measured but RMSNorm's 16-bit 2 and 4 lanes (-1.6 to -16):
+ *                16-bit 576 (16 x 5) 79-87 -> 92-97, 288 / 272 (8 x 5) 70-87 -> 87-96, 144 /
+ *                136 (4 x 5) LayerNorm 47-49 -> 73-79, the others +2.5 to +9; float32 72
+ *                (4 x 5) LayerNorm 49.4 -> 84.0, RMSNorm 50.1 -> 86.2, log_softmax 78.2 ->
+ *                91.0, softmax +1.8; float32 136-288 (8 and 16 x 5) 81-88 -> 91-97
+ *   lanes of 6-7 LayerNorm 16-bit in 4-16 lanes +0.4 to +15.6 and float32 4 x 6 / 4 x 7 (88 /
+ *                104) 58.3 / 65.8 -> 81.0 / 78.2 (RMSNorm +25.5 / +15.5, softmax +1.0 / +1.2,
+ *                log_softmax +3.9 / +2.1), log_softmax 16-bit 8 x 6 (352) +1.7 to +3.0; every
+ *                16-bit 2 x 6 / 2 x 7 (88 / 104) lost (up to 23 points), and the other 6-7
+ *                geometries lost 0.4-20 for at least one op
+ * The policies take the gains (tail_fit). Not measured on an H100; taken on every device.
+ * 2: every such geometry, whatever the policy says (A/B runs); 0: never. */
+#ifndef ND_ROWS_WARP_FIT_TAIL
+#define ND_ROWS_WARP_FIT_TAIL 1
+#endif
+/* ND_ROWS_WARP_FIT_TAIL: packs a lane (5-7) for rows of P packs in tw lanes, where that leaves
+ * some packs empty but at most half as many as w lanes of sp packs do; 0: no tail fit. */
+static inline int nd_rows_tail_packs(int64_t P, int tw, int w, int sp)
+{
+    if (tw < 2)
+        return 0;
+    const int64_t pk = (P + tw - 1) / tw;
+    const int64_t empty = (int64_t)w * sp - P, tail_empty = tw * pk - P;
+    return pk >= 5 && pk <= 7 && tail_empty > 0 && 2 * tail_empty <= empty ? (int)pk : 0;
+}
+/* Whether rows of tw lanes x packs take the tail fit: the policy's tail_fit(element bytes, tw,
+ * packs), or every one under ND_ROWS_WARP_FIT_TAIL 2. */
+template <class Pol> constexpr bool nd_rows_tail_fit(int elem_bytes, int tw, int packs)
+{
+    return ND_ROWS_WARP_FIT_TAIL == 2 || (ND_ROWS_WARP_FIT_TAIL && Pol::tail_fit(elem_bytes, tw, packs));
+}
+
 /* Whether rows of exactly w lanes x packs packs take that fitted geometry: the policy's
  * warp_fit(element bytes, w, packs, fast), or every one under ND_ROWS_WARP_FIT 2. */
 template <class Pol> constexpr bool nd_rows_warp_fit(int elem_bytes, int w, int packs, bool fast)
@@ -1466,6 +1508,10 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *                  packs (5-7), where the branches below would take 4w lanes of 2 packs with
  *                  some empty and neither fit above holds the row, take that geometry's exact
  *                  twin (ND_ROWS_WARP_FIT_QUARTER)
+ *   tail_fit(element bytes, w, packs)  whether rows on the grid that w lanes of 5-7 packs hold
+ *                  with at most one pack a lane empty, where the branches below would leave
+ *                  twice as many packs empty or more, take that geometry's grid twin
+ *                  (ND_ROWS_WARP_FIT_TAIL)
  * Choice by P, the most 16-byte packs any row spans (for rows that take the stage kernel, the
  * packs of the row's own grid, ceil(cols / VEC); the sub-warp branch's geometry then runs as the
  * stage kernel):
@@ -1496,7 +1542,9 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  * The warp kernels (for the grid twin: groups of 8 lanes or more, or of 2 or 4 with 16-bit rows
  * short of packs) and the plain block kernels run their exact twin where the rows are the
  * kernel's length (exact), else their grid twin where the rows are on the grid
- * (ND_ROWS_GRID_TWIN).
+ * (ND_ROWS_GRID_TWIN). Rows on the grid that both warp branches' groups would leave many packs
+ * empty in run fewer lanes of 5-7 packs instead, where the policy's warp_fit, quarter_fit or
+ * tail_fit says so (ND_ROWS_WARP_FIT, _DOWN, _QUARTER, _TAIL).
  */
 template <class Op, class T, class Pol>
 static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params &prm, cudaStream_t s,
@@ -1543,6 +1591,25 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             if (const int code = nd_rows_lean_code<Pol>((int)sizeof(T), P, fast))
                 return nd_rows_lean_run<Op, T, VEC, Pol>(a, prm, P, code, di, s, name, err);
     }
+    /* ND_ROWS_WARP_FIT_TAIL: rows on the grid of P packs in TW lanes of the tail fit's packs
+     * (5-7; nd_rows_tail_packs) where the policy takes that geometry, the grid twin; 0: not */
+    auto tail_packs = [&](int tw, int w, int sp) {
+        const int pk = ND_ROWS_WARP_FIT_TAIL && on_grid ? nd_rows_tail_packs(P, tw, w, sp) : 0;
+        return pk && nd_rows_tail_fit<Pol>((int)sizeof(T), tw, pk) ? pk : 0;
+    };
+    auto tail = [&](auto tw, int pk) {
+        constexpr int TW = decltype(tw)::value;
+        return nd_rows_pick<5, 7>(pk, [&](auto pkc) {
+            constexpr int PACKS = decltype(pkc)::value;
+            /* kernels for the geometries the policy takes, no others */
+            if constexpr (nd_rows_tail_fit<Pol>((int)sizeof(T), TW, PACKS))
+                return nd_rows_warp_launch<Op, T, VEC, PACKS, TW, nd_rows_warp_r<Pol>(TW, PACKS),
+                                           ND_XC_GRID>(a, prm, di, s, name, err);
+            else
+                return nd_error_set(err, ND_EUNSUPPORTED, "%s: no warp kernel of %d x %d packs",
+                                    name, TW, PACKS);
+        });
+    };
     /* Every nd_rows_pick below starts at the least its branch is given (the branches before it
      * take the smaller rows, as noted at each): a lower start would only compile kernels that no
      * row reaches. Were one reached all the same, its n would go to the start's kernel, which
@@ -1602,6 +1669,10 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                                                 "%d packs", name, WQ, PACKS);
                     });
             }
+            /* ND_ROWS_WARP_FIT_TAIL: W x SP / 8 lanes of 5-7 packs, the last ones short */
+            if constexpr (ND_ROWS_WARP_FIT_TAIL && W * SP / 8 >= 2 && PM >= 7)
+                if (const int pk = tail_packs(W * SP / 8, W, SP))
+                    return tail(std::integral_constant<int, W * SP / 8>(), pk);
             return nd_rows_pick<(W == 1 ? 1 : SP), SP>((int)P, [&](auto pk) {
                 constexpr int PACKS = decltype(pk)::value;
                 constexpr int R = nd_rows_warp_r<Pol>(W, PACKS);
@@ -1641,6 +1712,10 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                 return P == 80 ? fit16(std::integral_constant<int, 5>())
                                : fit16(std::integral_constant<int, 7>());
         }
+        /* ND_ROWS_WARP_FIT_TAIL: 16 lanes of 5-7 packs, the last ones short (P = 65-111) */
+        if constexpr (ND_ROWS_WARP_FIT_TAIL && PM >= 7)
+            if (const int pk = tail_packs(16, 32, (int)((P + 31) / 32)))
+                return tail(std::integral_constant<int, 16>(), pk);
         return nd_rows_pick<Pol::kSubPacks / 2 + 1, PM>((int)((P + 31) / 32), [&](auto pk) {
             constexpr int PACKS = decltype(pk)::value;
             constexpr int R = nd_rows_warp_r<Pol>(32, PACKS);

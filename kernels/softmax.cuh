@@ -132,6 +132,15 @@ template <bool LOG> struct nd_softmax_policy {
     {
         return elem_bytes == 2 ? w == 2 && packs == 5 : w == 4;
     }
+    /* The tail fits (ND_ROWS_WARP_FIT_TAIL, whose note has the measurements): lanes of 5 packs,
+     * float32 rows in 4 lanes of 6-7 (+1.0 / +1.2), log_softmax's 16-bit rows in 8 lanes of 6
+     * (+1.7 to +3.0); 16-bit rows in 2 or 4 lanes of 6-7 lost 3-21 points, 8 and 16 lanes of 7
+     * up to 2.8 (softmax), float32 8 lanes of 6-7 0.4-3.0. */
+    static constexpr bool tail_fit(int elem_bytes, int w, int packs)
+    {
+        return packs == 5 || (elem_bytes == 4 && w == 4) ||
+               (LOG && elem_bytes == 2 && w == 8 && packs == 6);
+    }
     /* float32 rows of 6145-8192 packs take one block of 1024 threads a row, not the split kernel's
      * chunks (H100, three alternating rounds against the split kernel, % of the copy ceiling,
      * float32 49152 rows of 20480 / 24576 / 28672 / 32768 columns, 5-8 packs a thread;

@@ -244,11 +244,13 @@ static void run_op_dtype(nd_op op, nd_dtype dt, uint64_t seed)
      * (ND_ROWS_GRID_TWIN; 16-bit 200 in 8 lanes of 4, 392 in 16 of 4, 24 in 2 lanes of 2, 40
      * and 56 in 4 of 2, float32 4800 in 512 threads of 3, 20488 in a block of 1024 where the
      * policy takes one), and of ND_ROWS_WARP_FIT_QUARTER where a policy takes them (2 and 4
-     * lanes of 5 or 7 packs: 16-bit 80 / 112 / 160 / 224, float32 40 / 56 / 80 / 112), mean 0
-     * and 1e4, and without parameters or statistics */
-    static const int64_t partial_widths[] = {24,  40,  48,  56,  80,  96,   112,  160,  192, 200,
-                                             224, 320, 384, 392, 576, 640, 896, 1600, 3200, 4800,
-                                             20488};
+     * lanes of 5 or 7 packs: 16-bit 80 / 112 / 160 / 224, float32 40 / 56 / 80 / 112), and
+     * of ND_ROWS_WARP_FIT_TAIL where a policy takes them (lanes of 5-7 packs, the last ones
+     * short: 16-bit 72 / 288 / 352 / 416 / 576 / 832, float32 72 / 288 / 416), mean 0 and 1e4,
+     * and without parameters or statistics */
+    static const int64_t partial_widths[] = {24,  40,  48,  56,  72,   80,   96,   112,  160,
+                                             192, 200, 224, 288, 320,  352,  384,  392,  416,
+                                             576, 640, 832, 896, 1600, 3200, 4800, 20488};
     for (size_t i = 0; i < sizeof partial_widths / sizeof partial_widths[0]; i++)
         for (int m = 0; m < 3; m++) {
             rcase c = {op, dt, 37, partial_widths[i], 0, 0, m < 2, m < 2, m == 1 ? 1e4 : 0.0,
@@ -656,8 +658,8 @@ Test(gpu_rows, warp_kernel_block_sizes)
     cudaFree(y);
 }
 
-/* The fitted warp geometries that the policies choose per op and dtype (warp_fit, quarter_fit in
- * kernels/rows.cuh): rows that a power-of-two group would leave lanes empty in take fewer lanes
+/* The fitted warp geometries that the policies choose per op and dtype (warp_fit, quarter_fit,
+ * tail_fit in kernels/rows.cuh): rows that a power-of-two group would leave lanes empty in take fewer lanes
  * of more packs where that measured faster, and keep the group where it did not; and the block
  * sizes LayerNorm's policy starts from (block_min). */
 Test(gpu_rows, fitted_geometries_by_op)
@@ -683,6 +685,22 @@ Test(gpu_rows, fitted_geometries_by_op)
         /* RMSNorm float32 in 8 lanes of 3; LayerNorm 16-bit 24 columns in 2 lanes of 2, not 1 of 3 */
         {ND_OP_RMSNORM, ND_FLOAT32, 96, 0, "warp W=8 packs=3 R=1 exact"},
         {ND_OP_LAYERNORM, ND_FLOAT16, 24, 0, "warp W=2 packs=2 "},
+        /* tail fits (lanes of 5-7 packs, the last ones short; the grid twin) where the op's
+         * policy takes them, and the power-of-two group where it does not */
+        {ND_OP_LAYERNORM, ND_BFLOAT16, 72, 0, "warp W=2 packs=5 R=1 whole-packs"},
+        {ND_OP_LAYERNORM, ND_FLOAT32, 72, 0, "warp W=4 packs=5 R=1 whole-packs"},
+        {ND_OP_LAYERNORM, ND_FLOAT16, 288, 0, "warp W=8 packs=5 R=1 whole-packs"},
+        {ND_OP_LAYERNORM, ND_FLOAT16, 832, 0, "warp W=16 packs=7 R=1 whole-packs"},
+        {ND_OP_LAYERNORM, ND_FLOAT32, 416, 0, "warp W=32 packs=4 "},
+        {ND_OP_RMSNORM, ND_FLOAT16, 72, 0, "warp W=8 packs=2 "},
+        {ND_OP_RMSNORM, ND_BFLOAT16, 576, 0, "warp W=16 packs=5 R=1 whole-packs"},
+        {ND_OP_RMSNORM, ND_FLOAT16, 352, 0, "warp W=16 packs=4 "},
+        {ND_OP_RMSNORM, ND_FLOAT32, 104, 0, "warp W=4 packs=7 R=1 whole-packs"},
+        {ND_OP_SOFTMAX, ND_FLOAT32, 288, 0, "warp W=16 packs=5 R=1 whole-packs"},
+        {ND_OP_SOFTMAX, ND_FLOAT16, 200, 0, "warp W=8 packs=4 "},
+        {ND_OP_SOFTMAX, ND_FLOAT16, 352, 0, "warp W=16 packs=4 "},
+        {ND_OP_LOG_SOFTMAX, ND_BFLOAT16, 352, 0, "warp W=8 packs=6 R=1 whole-packs"},
+        {ND_OP_LOG_SOFTMAX, ND_FLOAT16, 144, 0, "warp W=4 packs=5 R=1 whole-packs"},
         /* LayerNorm's block kernel from 64 threads for 16-bit rows, 128 for float32 (block_min) */
         {ND_OP_LAYERNORM, ND_FLOAT16, 2304, 0, "block packs=5 whole-packs block=64 "},
         {ND_OP_LAYERNORM, ND_BFLOAT16, 2560, 0, "block packs=5 exact block=64 "},
