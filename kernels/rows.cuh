@@ -1353,7 +1353,8 @@ static inline int nd_rows_tail_packs(int64_t P, int tw, int w, int sp)
  * packs), or every one under ND_ROWS_WARP_FIT_TAIL 2. */
 template <class Pol> constexpr bool nd_rows_tail_fit(int elem_bytes, int tw, int packs)
 {
-    return ND_ROWS_WARP_FIT_TAIL == 2 || (ND_ROWS_WARP_FIT_TAIL && Pol::tail_fit(elem_bytes, tw, packs));
+    return ND_ROWS_WARP_FIT_TAIL == 2 ||
+           (ND_ROWS_WARP_FIT_TAIL && Pol::tail_fit(elem_bytes, tw, packs));
 }
 
 /* Whether rows of exactly w lanes x packs packs take that fitted geometry: the policy's

@@ -133,9 +133,10 @@ template <bool LOG> struct nd_softmax_policy {
         return elem_bytes == 2 ? w == 2 && packs == 5 : w == 4;
     }
     /* The tail fits (ND_ROWS_WARP_FIT_TAIL, whose note has the measurements): lanes of 5 packs,
-     * float32 rows in 4 lanes of 6-7 (+1.0 / +1.2), log_softmax's 16-bit rows in 8 lanes of 6
-     * (+1.7 to +3.0); 16-bit rows in 2 or 4 lanes of 6-7 lost 3-21 points, 8 and 16 lanes of 7
-     * up to 2.8 (softmax), float32 8 lanes of 6-7 0.4-3.0. */
+     * float32 rows in 4 lanes of 6-7 (+1.0 to +3.9), log_softmax's 16-bit rows in 8 lanes of 6
+     * (+1.7 to +3.0). Not: 16-bit rows in 2 or 4 lanes of 6-7 (-2.8 to -21), 8 and 16 lanes of
+     * 7 (softmax -0.8 to -2.8, log_softmax -0.8 to +1.2), softmax's 8 lanes of 6 (-0.6 to
+     * +0.8), float32 8 lanes of 6-7 (-0.4 to -3.0) and 16 of 7 (-0.5 to +0.7). */
     static constexpr bool tail_fit(int elem_bytes, int w, int packs)
     {
         return packs == 5 || (elem_bytes == 4 && w == 4) ||

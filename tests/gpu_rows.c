@@ -659,9 +659,9 @@ Test(gpu_rows, warp_kernel_block_sizes)
 }
 
 /* The fitted warp geometries that the policies choose per op and dtype (warp_fit, quarter_fit,
- * tail_fit in kernels/rows.cuh): rows that a power-of-two group would leave lanes empty in take fewer lanes
- * of more packs where that measured faster, and keep the group where it did not; and the block
- * sizes LayerNorm's policy starts from (block_min). */
+ * tail_fit in kernels/rows.cuh): rows that a power-of-two group would leave lanes empty in take
+ * fewer lanes of more packs where that measured faster, and keep the group where it did not;
+ * and the block sizes LayerNorm's policy starts from (block_min). */
 Test(gpu_rows, fitted_geometries_by_op)
 {
     need_device();
