@@ -1339,12 +1339,17 @@ template <class T> static inline bool nd_rows_on_grid(const nd_rows_args<T> &a)
 #ifndef ND_ROWS_WARP_FIT_TAIL
 #define ND_ROWS_WARP_FIT_TAIL 1
 #endif
+/* Whether rows of exactly w lanes x packs take the quarter fit: the policy's
+ * quarter_fit(element bytes, w, packs), or every one under ND_ROWS_WARP_FIT_QUARTER 2. */
+template <class Pol> constexpr bool nd_rows_quarter_fit(int elem_bytes, int w, int packs)
+{
+    return ND_ROWS_WARP_FIT_QUARTER == 2 ||
+           (ND_ROWS_WARP_FIT_QUARTER && Pol::quarter_fit(elem_bytes, w, packs));
+}
 /* ND_ROWS_WARP_FIT_TAIL: packs a lane (5-7) for rows of P packs in tw lanes, where that leaves
  * some packs empty but at most half as many as w lanes of sp packs do; 0: no tail fit. */
 static inline int nd_rows_tail_packs(int64_t P, int tw, int w, int sp)
 {
-    if (tw < 2)
-        return 0;
     const int64_t pk = (P + tw - 1) / tw;
     const int64_t empty = (int64_t)w * sp - P, tail_empty = tw * pk - P;
     return pk >= 5 && pk <= 7 && tail_empty > 0 && 2 * tail_empty <= empty ? (int)pk : 0;
@@ -1593,22 +1598,27 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                 return nd_rows_lean_run<Op, T, VEC, Pol>(a, prm, P, code, di, s, name, err);
     }
     /* ND_ROWS_WARP_FIT_TAIL: rows on the grid of P packs in TW lanes of the tail fit's packs
-     * (5-7; nd_rows_tail_packs) where the policy takes that geometry, the grid twin; 0: not */
+     * (5-7; nd_rows_tail_packs) where the policy takes that geometry; 0: not */
     auto tail_packs = [&](int tw, int w, int sp) {
         const int pk = ND_ROWS_WARP_FIT_TAIL && on_grid ? nd_rows_tail_packs(P, tw, w, sp) : 0;
         return pk && nd_rows_tail_fit<Pol>((int)sizeof(T), tw, pk) ? pk : 0;
     };
-    auto tail = [&](auto tw, int pk) {
-        constexpr int TW = decltype(tw)::value;
+    /* The quarter (Q) and tail fits' warp kernel: WF lanes of pk (5-7) packs, the exact twin
+     * (quarter: the rows are the geometry's length) or the grid twin (tail: the last lanes a
+     * pack short), compiled only for the geometries the policy takes. */
+    auto fitted = [&](auto wf, auto q, int pk) {
+        constexpr int WF = decltype(wf)::value;
+        constexpr bool Q = decltype(q)::value;
         return nd_rows_pick<5, 7>(pk, [&](auto pkc) {
             constexpr int PACKS = decltype(pkc)::value;
-            /* kernels for the geometries the policy takes, no others */
-            if constexpr (nd_rows_tail_fit<Pol>((int)sizeof(T), TW, PACKS))
-                return nd_rows_warp_launch<Op, T, VEC, PACKS, TW, nd_rows_warp_r<Pol>(TW, PACKS),
-                                           ND_XC_GRID>(a, prm, di, s, name, err);
+            constexpr int R = nd_rows_warp_r<Pol>(WF, PACKS);
+            constexpr int XC = Q ? WF * PACKS * VEC : ND_XC_GRID;
+            if constexpr (Q ? nd_rows_quarter_fit<Pol>((int)sizeof(T), WF, PACKS)
+                            : nd_rows_tail_fit<Pol>((int)sizeof(T), WF, PACKS))
+                return nd_rows_warp_launch<Op, T, VEC, PACKS, WF, R, XC>(a, prm, di, s, name, err);
             else
                 return nd_error_set(err, ND_EUNSUPPORTED, "%s: no warp kernel of %d x %d packs",
-                                    name, TW, PACKS);
+                                    name, WF, PACKS);
         });
     };
     /* Every nd_rows_pick below starts at the least its branch is given (the branches before it
@@ -1654,26 +1664,14 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                           4 * SP - 1 <= PM) {
                 constexpr int WQ = W / 4;
                 if (P % WQ == 0 && P / WQ > 2 * SP && P / WQ < 4 * SP && exact((int)P * VEC) &&
-                    (ND_ROWS_WARP_FIT_QUARTER == 2 ||
-                     Pol::quarter_fit((int)sizeof(T), WQ, (int)(P / WQ))))
-                    return nd_rows_pick<2 * SP + 1, 4 * SP - 1>((int)(P / WQ), [&](auto pk) {
-                        constexpr int PACKS = decltype(pk)::value;
-                        constexpr int R = nd_rows_warp_r<Pol>(WQ, PACKS);
-                        constexpr int XC = WQ * PACKS * VEC;
-                        /* kernels for the geometries the policy takes, no others */
-                        if constexpr (ND_ROWS_WARP_FIT_QUARTER == 2 ||
-                                      Pol::quarter_fit((int)sizeof(T), WQ, PACKS))
-                            return nd_rows_warp_launch<Op, T, VEC, PACKS, WQ, R, XC>(a, prm, di, s,
-                                                                                     name, err);
-                        else
-                            return nd_error_set(err, ND_EUNSUPPORTED, "%s: no warp kernel of %d x "
-                                                "%d packs", name, WQ, PACKS);
-                    });
+                    nd_rows_quarter_fit<Pol>((int)sizeof(T), WQ, (int)(P / WQ)))
+                    return fitted(std::integral_constant<int, WQ>(), std::true_type(),
+                                  (int)(P / WQ));
             }
             /* ND_ROWS_WARP_FIT_TAIL: W x SP / 8 lanes of 5-7 packs, the last ones short */
             if constexpr (ND_ROWS_WARP_FIT_TAIL && W * SP / 8 >= 2 && PM >= 7)
                 if (const int pk = tail_packs(W * SP / 8, W, SP))
-                    return tail(std::integral_constant<int, W * SP / 8>(), pk);
+                    return fitted(std::integral_constant<int, W * SP / 8>(), std::false_type(), pk);
             return nd_rows_pick<(W == 1 ? 1 : SP), SP>((int)P, [&](auto pk) {
                 constexpr int PACKS = decltype(pk)::value;
                 constexpr int R = nd_rows_warp_r<Pol>(W, PACKS);
@@ -1716,7 +1714,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
         /* ND_ROWS_WARP_FIT_TAIL: 16 lanes of 5-7 packs, the last ones short (P = 65-111) */
         if constexpr (ND_ROWS_WARP_FIT_TAIL && PM >= 7)
             if (const int pk = tail_packs(16, 32, (int)((P + 31) / 32)))
-                return tail(std::integral_constant<int, 16>(), pk);
+                return fitted(std::integral_constant<int, 16>(), std::false_type(), pk);
         return nd_rows_pick<Pol::kSubPacks / 2 + 1, PM>((int)((P + 31) / 32), [&](auto pk) {
             constexpr int PACKS = decltype(pk)::value;
             constexpr int R = nd_rows_warp_r<Pol>(32, PACKS);
