@@ -116,7 +116,20 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * 16-bit rows of 65536 columns gained 1.2 that way and the other ops' lost 0.7-4.5: not taken.
      * On an H200 too: the split kernel lost 3.4-3.6 at 24576 / 32768 columns (bench/results/
      * rows_fit_big_h200.txt). */
-    static constexpr bool big_block(int elem_bytes, int, bool) { return elem_bytes == 4; }
+    static constexpr bool big_block(int elem_bytes, int packs, bool fast)
+    {
+        return elem_bytes == 4 || (fast && packs == 8);
+    }
+    /* The big block's L2 prefetch (nd_rows_big_pf), eighths of a device-full ahead: 16-bit rows of
+     * 65536 columns take the big block on a fast device with it. H200, three alternating rounds
+     * against the split kernel in each of two calls (bench/results/rows_big_pf_h200.txt):
+     * float16 / bfloat16 89.1 / 89.0 -> 91.1 / 89.8% of the copy ceiling and 89.2 / 89.2 ->
+     * 90.7 / 89.8 (the big block alone: 89.3 / 89.3 -> 89.5 / 89.0). Float32 32768 columns, in
+     * the big block already, lost with it, 95.8 -> 94.0. */
+    static constexpr int big_pf(int elem_bytes, int packs, bool fast)
+    {
+        return elem_bytes == 2 && packs == 8 && fast ? 8 : 0;
+    }
     /* Rows on the grid of these lengths take the loop kernel on a fast device (rows_loop.cuh):
      * float32 2048, 4096, 6144, 8192 and 16384 columns (512, 1024, 1536, 2048 and 4096 packs),
      * 16-bit 4096, 8192, 16384 and 32768 (512-4096 packs); threads x packs a pass as

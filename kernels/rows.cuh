@@ -972,7 +972,24 @@ struct nd_block_ctx : nd_group_row<VEC, PACKS, (XC > 0), (XC == ND_XC_GRID)> {
 /* Shared memory for every all-reduce an op makes with up to 4 floats. */
 typedef nd_cluster_reduce_smem<4> nd_rows_reduce_smem;
 
-template <class Op, class T, int VEC, int PACKS, int THREADS, bool CLUSTER, int XC = 0>
+/* Threads of the big block: one block a row for rows past kBlockMax x PM packs, where the
+ * policy's big_block(element bytes, packs a thread, fast) takes it instead of the split kernel
+ * (nd_rows_run). */
+#ifndef ND_ROWS_BIG_BLOCK
+#define ND_ROWS_BIG_BLOCK 1024
+#endif
+/* -1: the big block asks L2 for a row ahead as the policy's big_pf says (nd_rows_big_pf); n >= 0:
+ * n eighths of a device-full of big blocks ahead for every big block (A/B runs) */
+#ifndef ND_ROWS_BIG_PF
+#define ND_ROWS_BIG_PF -1
+#endif
+
+/* PF8 > 0: the big block that asks L2 for the row PF8 / 8 of a device-full of big blocks (one an
+ * SM) after its own (nd_rows_big_pf); a kernel of its own, as that code in every big block cost
+ * RMSNorm's float32 rows of 32768 columns, which do not prefetch, 1.9 points of the copy ceiling
+ * (H200, bench/results/rows_big_pf_h200.txt) */
+template <class Op, class T, int VEC, int PACKS, int THREADS, bool CLUSTER, int XC = 0,
+          int PF8 = 0>
 __global__ void __launch_bounds__(THREADS,
                                   CLUSTER ? ND_ROWS_MIN_THREADS_PER_SM / THREADS
                                           : nd_rows_min_blocks<Op>(ND_CTX_BLOCK, (int)sizeof(T),
@@ -1044,6 +1061,25 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
             ctx.x0 = nd_to_float(__ldg(xrow)); /* see ND_ROWS_X0_LATE */
         if (PF && row + step < a.rows)
             prefetch(row + step);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        /* the big block (one an SM): thread 0 asks L2 for the row a block starting about when
+         * this one ends will read, once its own loads are out (nd_rows_big_pf) */
+        if constexpr (PF8 > 0) {
+            static_assert(THREADS == ND_ROWS_BIG_BLOCK && !CLUSTER, "the big block's prefetch");
+            unsigned nsm; /* the SMs' count, or a little more where their ids have gaps */
+            asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
+            const int64_t ahead = row + (int64_t)nsm * PF8 / 8;
+            if (threadIdx.x == 0 && ahead < a.rows) {
+                /* the 16-byte grid's packs that hold the row (a bulk copy's alignment) */
+                const uintptr_t b = (uintptr_t)(a.x + ahead * acols);
+                const uintptr_t b0 = b & ~(uintptr_t)15;
+                const uintptr_t b1 = (b + (uintptr_t)acols * sizeof(T) + 15) & ~(uintptr_t)15;
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b0),
+                             "r"((unsigned)(b1 - b0))
+                             : "memory");
+            }
+        }
+#endif
         /* ND_ROWS_PARAM_PIPE_BLOCK: the first pack's parameters, loaded with x */
         constexpr bool PIPE = ND_ROWS_PARAM_PIPE_BLOCK && Op::kParams >= 2 &&
                               nd_block_pipe_ok<T>(PACKS);
@@ -1437,20 +1473,19 @@ static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::P
 #include "rows_loop.cuh"
 #include "rows_lean.cuh"
 
-/* Threads of the big block: one block a row for rows past kBlockMax x PM packs, where the
- * policy's big_block(element bytes, packs a thread, fast) takes it instead of the split kernel. */
-#ifndef ND_ROWS_BIG_BLOCK_TAKE /* 0: never one big block a row (A/B runs); 1: where the policy's big_block says */
+/* 0: never one big block a row (A/B runs); 1: where the policy's big_block says; 2: every row of
+ * every op and dtype it holds, on every device (A/B runs) */
+#ifndef ND_ROWS_BIG_BLOCK_TAKE
 #define ND_ROWS_BIG_BLOCK_TAKE 1
 #endif
-#ifndef ND_ROWS_BIG_BLOCK
-#define ND_ROWS_BIG_BLOCK 1024
-#endif
+
 /* Whether rows of `packs` packs a thread take the big block: the policy's big_block(element
  * bytes, packs, fast), never under ND_ROWS_BIG_BLOCK_TAKE 0; nd_big_block_any: for some row of
  * T on some device (so its kernels are compiled). */
 template <class Pol> constexpr bool nd_rows_big_block(int elem_bytes, int packs, bool fast)
 {
-    return ND_ROWS_BIG_BLOCK_TAKE && Pol::big_block(elem_bytes, packs, fast);
+    return ND_ROWS_BIG_BLOCK_TAKE == 2 ||
+           (ND_ROWS_BIG_BLOCK_TAKE && Pol::big_block(elem_bytes, packs, fast));
 }
 template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
 {
@@ -1458,6 +1493,35 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
         if (nd_rows_big_block<Pol>(elem_bytes, p, false) || nd_rows_big_block<Pol>(elem_bytes, p, true))
             return true;
     return false;
+}
+/* How far ahead a big block asks L2 for a row, in eighths of a device-full of big blocks (one an
+ * SM): the policy's big_pf(element bytes, packs, fast) where it has one, else 0 (none). */
+template <class Pol, class = void> struct nd_big_pf_of {
+    static constexpr int get(int, int, bool) { return 0; }
+};
+template <class Pol>
+struct nd_big_pf_of<Pol, std::void_t<decltype(Pol::big_pf(0, 0, false))>> {
+    static constexpr int get(int elem_bytes, int packs, bool fast)
+    {
+        return Pol::big_pf(elem_bytes, packs, fast);
+    }
+};
+template <class Pol> constexpr int nd_rows_big_pf(int elem_bytes, int packs, bool fast)
+{
+    return ND_ROWS_BIG_PF >= 0 ? ND_ROWS_BIG_PF : nd_big_pf_of<Pol>::get(elem_bytes, packs, fast);
+}
+/* whether some device takes the big block at `packs` packs a thread (its kernels compiled) */
+template <class Pol> constexpr bool nd_rows_big_packs(int elem_bytes, int packs)
+{
+    return nd_rows_big_block<Pol>(elem_bytes, packs, true) ||
+           nd_rows_big_block<Pol>(elem_bytes, packs, false);
+}
+/* the big block's prefetch distance where a device of that class takes the big block, else 0 */
+template <class Pol> constexpr int nd_rows_big_pf_on(int elem_bytes, int packs, bool fast)
+{
+    return nd_rows_big_block<Pol>(elem_bytes, packs, fast)
+               ? nd_rows_big_pf<Pol>(elem_bytes, packs, fast)
+               : 0;
 }
 
 /*
@@ -1491,6 +1555,8 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *                  at most ND_ROWS_BIG_BLOCK (1024) * PM take one block of that many threads, of
  *                  `packs` packs a thread, rather than the split kernel, on a device of the
  *                  fast class or not
+ *   big_pf(element bytes, packs, fast)  optional: how far ahead such a block asks L2 for a
+ *                  row, in eighths of a device-full of big blocks (one an SM); 0: it does not
  *   exact(element bytes, cols, fast)  whether rows of exactly a warp or block kernel's cols
  *                  columns, on the 16-byte grid, take that kernel's exact twin (ND_ROWS_EXACT)
  *                  on a device of the fast class or not
@@ -1537,7 +1603,8 @@ template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
  *   loop(element bytes, P, fast) loop kernel (rows_loop.cuh), rows on the grid (on_grid)
  *   P <= kBlockMax * PM          block kernel, the smallest block (from block_min) that
  *                                holds the row
- *   P <= 1024 * PM               block kernel of 1024 threads, where big_block says so
+ *   P <= 1024 * PM               block kernel of 1024 threads, where big_block says so (asking
+ *                                L2 for a row ahead where big_pf says)
  *   P > kBlockMax * PM           split kernel (rows_split.cuh): chunk blocks of split_threads
  *                                threads combining through global memory, while a quarter of
  *                                the device holds a row's chunks at once (up to about 1M
@@ -1737,20 +1804,43 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             /* the generic kernel (XC 0), its exact twin or its grid twin */
             auto launch = [&](auto xc) {
                 constexpr int XC = decltype(xc)::value;
+                /* the big block's prefetching kernel where the policy takes it on this device
+                 * class (F: fast, S: not), eighths of a device-full ahead */
+                constexpr int F = nd_rows_big_pf_on<Pol>((int)sizeof(T), PACKS, true);
+                constexpr int S = nd_rows_big_pf_on<Pol>((int)sizeof(T), PACKS, false);
+                if constexpr (TH == ND_ROWS_BIG_BLOCK && (F > 0 || S > 0)) {
+                    if ((fast ? F : S) > 0) {
+                        ND_PLAN("block packs=%d%s pf=%d/8", PACKS, nd_rows_twin_word(XC),
+                                fast ? F : S);
+                        constexpr int F1 = F > 0 ? F : S, S1 = S > 0 ? S : F;
+                        return nd_rows_launch(
+                            fast ? nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, XC, F1>
+                                 : nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, XC, S1>,
+                            TH, 1, 0, a.rows, di, s, err, name, a, prm);
+                    }
+                }
                 ND_PLAN("block packs=%d%s", PACKS, nd_rows_twin_word(XC));
                 return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, XC>, TH, 1,
                                       0, a.rows, di, s, err, name, a, prm);
             };
-            constexpr int XC = TH * PACKS * VEC;
-            if constexpr (ND_ROWS_EXACT) {
-                if (exact(XC))
-                    return launch(std::integral_constant<int, XC>());
+            constexpr bool BIG_NONE = TH == ND_ROWS_BIG_BLOCK &&
+                                      !nd_rows_big_packs<Pol>((int)sizeof(T), PACKS);
+            if constexpr (BIG_NONE) {
+                /* the big block is compiled only for the packs a policy takes it at */
+                return nd_error_set(err, ND_EUNSUPPORTED, "%s: no big block of %d packs", name,
+                                    PACKS);
+            } else {
+                constexpr int XC = TH * PACKS * VEC;
+                if constexpr (ND_ROWS_EXACT) {
+                    if (exact(XC))
+                        return launch(std::integral_constant<int, XC>());
+                }
+                if constexpr (ND_ROWS_GRID_TWIN) {
+                    if (on_grid)
+                        return launch(std::integral_constant<int, ND_XC_GRID>());
+                }
+                return launch(std::integral_constant<int, 0>());
             }
-            if constexpr (ND_ROWS_GRID_TWIN) {
-                if (on_grid)
-                    return launch(std::integral_constant<int, ND_XC_GRID>());
-            }
-            return launch(std::integral_constant<int, 0>());
         });
     };
     /* the loop kernel (rows_loop.cuh), where the policy's loop() names a geometry for rows on

@@ -149,10 +149,21 @@ template <bool LOG> struct nd_softmax_policy {
      * columns, log_softmax 97.3 / 97.9 -> 100.3 / 99.8; at 5-6 packs a thread (20480, 24576) the
      * block lost 0.8-5.2. Not on a fast device: on an H200 (three alternating rounds,
      * bench/results/rows_fit_big_h200.txt) the split kernel took 32768 columns from 84.2 / 84.3
-     * to 93.8 / 93.0 (softmax / log_softmax). */
+     * to 93.8 / 93.0 (softmax / log_softmax). With the big block asking L2 for the row a
+     * device-full of big blocks ahead (big_pf), the big block takes them there too: H200, three
+     * alternating rounds against the split kernel in each of two calls, 92.4 / 91.8 -> 96.5 /
+     * 95.9 and 93.0 / 92.3 -> 96.2 / 95.9 (bench/results/rows_big_pf_h200.txt). 16-bit rows of
+     * 65536 columns lost 13-16 points in the big block, 7-12 with the prefetch, and keep the
+     * split kernel. */
     static constexpr bool big_block(int elem_bytes, int packs, bool fast)
     {
-        return elem_bytes == 4 && packs >= 7 && !fast;
+        return elem_bytes == 4 && (fast ? packs == 8 : packs >= 7);
+    }
+    /* the big block's L2 prefetch (nd_rows_big_pf), eighths of a device-full ahead: float32 rows
+     * of 8 packs a thread on a fast device */
+    static constexpr int big_pf(int elem_bytes, int packs, bool fast)
+    {
+        return elem_bytes == 4 && packs == 8 && fast ? 8 : 0;
     }
     /* Rows off the 16-byte grid of at most 10 packs of their own grid (16-bit 80 columns,
      * float32 40) take the stage kernel (rows_stage.cuh). H200, two alternating rounds against

@@ -411,7 +411,7 @@ static int fast_device(void)
 typedef struct plan_case {
     nd_op op;
     nd_dtype dt;
-    int64_t cols; /* at most 32768 */
+    int64_t cols; /* at most 128 KB a row (float32 32768 columns, 16-bit 65536) */
     int xoff;     /* x and y this many elements past the 16-byte grid */
     const char *kind; /* the plan starts with this (NULL: see check_plans) */
 } plan_case;
@@ -455,7 +455,7 @@ static void check_plans(const plan_case *c, size_t n, const char *fast_only, con
     void *x = NULL, *y = NULL;
     plan_buffers(&x, &y);
     for (size_t i = 0; i < n; i++) {
-        cr_assert(c[i].cols <= 32768);
+        cr_assert(c[i].cols * (int64_t)nd_dtype_size(c[i].dt) <= 4 * 32768);
         cr_assert(c[i].kind || fast_only); /* NULL: any plan but one starting with fast_only */
         char plan[256];
         plan_for(&c[i], x, y, plan, sizeof plan);
@@ -523,9 +523,11 @@ Test(gpu_rows, loop_kernel_many_rows)
 }
 
 /* Rows of 8192 packs on the 16-byte grid (float32 32768 columns: one block of 1024 threads a row;
- * 16-bit 65536: the split kernel in chunks of 2-4 blocks) and beside them (32760 and 65528:
- * whole packs, a row's last block or chunk part-empty), every op and dtype, more rows than the
- * device holds such blocks at once in one case of each, x of mean 0 and 1e4. */
+ * 16-bit 65536: the split kernel in chunks of 2-4 blocks, or on a fast device, RMSNorm's and
+ * LayerNorm's, one block of 1024 threads) and beside them (32760 and 65528: whole packs, a row's
+ * last block or chunk part-empty), every op and dtype, more rows than the device holds such
+ * blocks at once in one case of each (so the big block's L2 prefetch of a row ahead, the
+ * policies' big_pf, is taken), x of mean 0 and 1e4; and the plans. */
 Test(gpu_rows, rows_of_8192_packs)
 {
     need_device();
@@ -544,6 +546,35 @@ Test(gpu_rows, rows_of_8192_packs)
                     run_case(&c, &rng);
                 }
             }
+    /* rows off the grid in the big block (a fast device's RMSNorm and LayerNorm), prefetch taken */
+    for (int o = 0; o < 2; o++) {
+        rcase c = {ops[o], ND_FLOAT16, 300, 65520, 1, 1, 1, 0, 0.0, case_std(ops[o])};
+        run_case(&c, &rng);
+    }
+    /* the big block with its L2 prefetch on a fast device (the policies' big_pf): float32 32768
+     * columns but RMSNorm's (the big block without it on every device), and RMSNorm's and
+     * LayerNorm's 16-bit 65536 (the split kernel elsewhere) */
+    static const plan_case big[] = {
+        {ND_OP_SOFTMAX, ND_FLOAT32, 32768, 0, "block packs=8 exact pf="},
+        {ND_OP_LOG_SOFTMAX, ND_FLOAT32, 32768, 0, "block packs=8 exact pf="},
+        {ND_OP_LAYERNORM, ND_FLOAT32, 32768, 0, "block packs=8 exact pf="}};
+    check_plans(big, sizeof big / sizeof big[0], "block packs=8 exact pf=",
+                "block packs=8 exact block=1024");
+    static const plan_case big16[] = {
+        {ND_OP_RMSNORM, ND_FLOAT16, 65536, 0, "block packs=8 exact pf="},
+        {ND_OP_LAYERNORM, ND_BFLOAT16, 65536, 0, "block packs=8 exact pf="}};
+    check_plans(big16, sizeof big16 / sizeof big16[0], "block packs=8 exact pf=", "split ");
+    /* rows of whole packs short of 8192 (the grid twin) and rows off the grid: the same */
+    static const plan_case short16[] = {
+        {ND_OP_RMSNORM, ND_BFLOAT16, 65528, 0, "block packs=8 whole-packs pf="},
+        {ND_OP_LAYERNORM, ND_FLOAT16, 65528, 0, "block packs=8 whole-packs pf="},
+        {ND_OP_RMSNORM, ND_FLOAT16, 65520, 1, "block packs=8 pf="}};
+    check_plans(short16, sizeof short16 / sizeof short16[0], "block packs=8", "split ");
+    static const plan_case anywhere[] = {
+        {ND_OP_RMSNORM, ND_FLOAT32, 32768, 0, "block packs=8 exact block=1024"},
+        {ND_OP_SOFTMAX, ND_FLOAT16, 65536, 0, "split "},
+        {ND_OP_LOG_SOFTMAX, ND_BFLOAT16, 65536, 0, "split "}};
+    check_plans(anywhere, sizeof anywhere / sizeof anywhere[0], NULL, NULL);
 }
 
 /* Rows on the 16-byte grid of some widths take the lean kernel (rows_lean.cuh; the policies'
