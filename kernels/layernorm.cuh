@@ -362,12 +362,16 @@ struct nd_layernorm_policy : nd_norm_policy {
         return fast ? packs == 8 : elem_bytes == 4 && (packs <= 7 || ND_LN_BIG_ONE_ROUND);
     }
     /* On a fast device, rows of 8 packs a thread (float32 32768 columns, 16-bit 65536) take the
-     * big block with its L2 prefetch a device-full of big blocks ahead (nd_rows_big_pf). H200,
+     * big block with its L2 prefetch a device-full of big blocks ahead (nd_rows_big_pf; float32
+     * half a device-full, ND_ROWS_BIG_PF32: 89.7 -> 93.9 in a third call). H200,
      * three alternating rounds against the split kernel in each of two calls (bench/results/
      * rows_big_pf_h200.txt), % of the copy ceiling: float32 89.7 -> 91.6 and 90.2 -> 93.8,
      * float16 / bfloat16 85.6 / 81.7 -> 86.5 / 84.7 and 85.6 / 81.3 -> 85.6 / 84.8 (the big
      * block alone: 16-bit 85.8 / 81.7 -> 80.8 / 76.7, float32 90.2 -> 90.3). */
-    static constexpr int big_pf(int, int packs, bool fast) { return packs == 8 && fast ? 8 : 0; }
+    static constexpr int big_pf(int elem_bytes, int packs, bool fast)
+    {
+        return packs == 8 && fast ? (elem_bytes == 4 ? ND_ROWS_BIG_PF32 : 8) : 0;
+    }
     /* Rows off the 16-byte grid of up to 256 columns take the stage kernel (rows_stage.cuh):
      * their parameters then load on their own grid, where the warp kernel's generic form loads
      * them element by element. H200, two alternating rounds, % of the copy ceiling, float16 /

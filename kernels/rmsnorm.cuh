@@ -125,10 +125,12 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * against the split kernel in each of two calls (bench/results/rows_big_pf_h200.txt):
      * float16 / bfloat16 89.1 / 89.0 -> 91.1 / 89.8% of the copy ceiling and 89.2 / 89.2 ->
      * 90.7 / 89.8 (the big block alone: 89.3 / 89.3 -> 89.5 / 89.0). Float32 32768 columns, in
-     * the big block already, lost with it, 95.8 -> 94.0. */
+     * the big block already on every device, lost with it a device-full ahead, 95.8 -> 94.0 and
+     * 95.9 -> 94.0, and gained half a device-full ahead (ND_ROWS_BIG_PF32), 96.1 -> 97.9 and 95.9
+     * -> 97.5, on an H200. */
     static constexpr int big_pf(int elem_bytes, int packs, bool fast)
     {
-        return elem_bytes == 2 && packs == 8 && fast ? 8 : 0;
+        return packs == 8 && fast ? (elem_bytes == 4 ? ND_ROWS_BIG_PF32 : 8) : 0;
     }
     /* Rows on the grid of these lengths take the loop kernel on a fast device (rows_loop.cuh):
      * float32 2048, 4096, 6144, 8192 and 16384 columns (512, 1024, 1536, 2048 and 4096 packs),

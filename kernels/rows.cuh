@@ -983,6 +983,15 @@ typedef nd_cluster_reduce_smem<4> nd_rows_reduce_smem;
 #ifndef ND_ROWS_BIG_PF
 #define ND_ROWS_BIG_PF -1
 #endif
+/* The policies' big_pf for float32 rows of 8 packs a thread on a fast device (32768 columns): half
+ * a device-full ahead. H200, three alternating rounds in each of two calls against a device-full
+ * ahead, % of the copy ceiling (bench/results/rows_big_pf_h200.txt, calls 4 and 5): LayerNorm 90.8
+ * -> 92.5 and 91.8 -> 93.9, RMSNorm (its big block without a prefetch: 96.1 / 95.9) 97.9 and 94.0
+ * -> 97.5, softmax +1.0 / +1.3, log_softmax +1.1 / +1.5. 16-bit rows of 65536 moved within 0.7
+ * either way at half a device-full, and keep a whole one. */
+#ifndef ND_ROWS_BIG_PF32
+#define ND_ROWS_BIG_PF32 4
+#endif
 
 /* PF8 > 0: the big block that asks L2 for the row PF8 / 8 of a device-full of big blocks (one an
  * SM) after its own (nd_rows_big_pf); a kernel of its own, as that code in every big block cost
@@ -1819,9 +1828,21 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                             TH, 1, 0, a.rows, di, s, err, name, a, prm);
                     }
                 }
-                ND_PLAN("block packs=%d%s", PACKS, nd_rows_twin_word(XC));
-                return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, XC>, TH, 1,
-                                      0, a.rows, di, s, err, name, a, prm);
+                /* the plain kernel, compiled for the big block only where a device class takes
+                 * it without the prefetch */
+                constexpr int E = (int)sizeof(T);
+                constexpr bool PLAIN = TH != ND_ROWS_BIG_BLOCK ||
+                                       (nd_rows_big_block<Pol>(E, PACKS, true) && !F) ||
+                                       (nd_rows_big_block<Pol>(E, PACKS, false) && !S);
+                if constexpr (PLAIN) {
+                    ND_PLAN("block packs=%d%s", PACKS, nd_rows_twin_word(XC));
+                    return nd_rows_launch(nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, XC>,
+                                          TH, 1, 0, a.rows, di, s, err, name, a, prm);
+                } else {
+                    return nd_error_set(err, ND_EUNSUPPORTED,
+                                        "%s: no big block of %d packs without its prefetch", name,
+                                        PACKS);
+                }
             };
             constexpr bool BIG_NONE = TH == ND_ROWS_BIG_BLOCK &&
                                       !nd_rows_big_packs<Pol>((int)sizeof(T), PACKS);

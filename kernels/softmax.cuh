@@ -160,10 +160,13 @@ template <bool LOG> struct nd_softmax_policy {
         return elem_bytes == 4 && (fast ? packs == 8 : packs >= 7);
     }
     /* the big block's L2 prefetch (nd_rows_big_pf), eighths of a device-full ahead: float32 rows
-     * of 8 packs a thread on a fast device */
+     * of 8 packs a thread on a fast device, half a device-full ahead (ND_ROWS_BIG_PF32; H200,
+     * three alternating rounds in each of two calls against a device-full ahead, softmax /
+     * log_softmax: 96.3 / 95.9 -> 97.3 / 97.0 and 96.4 / 96.0 -> 97.7 / 97.5;
+     * bench/results/rows_big_pf_h200.txt) */
     static constexpr int big_pf(int elem_bytes, int packs, bool fast)
     {
-        return elem_bytes == 4 && packs == 8 && fast ? 8 : 0;
+        return elem_bytes == 4 && packs == 8 && fast ? ND_ROWS_BIG_PF32 : 0;
     }
     /* Rows off the 16-byte grid of at most 10 packs of their own grid (16-bit 80 columns,
      * float32 40) take the stage kernel (rows_stage.cuh). H200, two alternating rounds against

@@ -552,9 +552,10 @@ Test(gpu_rows, rows_of_8192_packs)
         run_case(&c, &rng);
     }
     /* the big block with its L2 prefetch on a fast device (the policies' big_pf): float32 32768
-     * columns but RMSNorm's (the big block without it on every device), and RMSNorm's and
-     * LayerNorm's 16-bit 65536 (the split kernel elsewhere) */
+     * columns (the big block without it elsewhere), and RMSNorm's and LayerNorm's 16-bit 65536
+     * (the split kernel elsewhere) */
     static const plan_case big[] = {
+        {ND_OP_RMSNORM, ND_FLOAT32, 32768, 0, "block packs=8 exact pf="},
         {ND_OP_SOFTMAX, ND_FLOAT32, 32768, 0, "block packs=8 exact pf="},
         {ND_OP_LOG_SOFTMAX, ND_FLOAT32, 32768, 0, "block packs=8 exact pf="},
         {ND_OP_LAYERNORM, ND_FLOAT32, 32768, 0, "block packs=8 exact pf="}};
@@ -571,7 +572,6 @@ Test(gpu_rows, rows_of_8192_packs)
         {ND_OP_RMSNORM, ND_FLOAT16, 65520, 1, "block packs=8 pf="}};
     check_plans(short16, sizeof short16 / sizeof short16[0], "block packs=8", "split ");
     static const plan_case anywhere[] = {
-        {ND_OP_RMSNORM, ND_FLOAT32, 32768, 0, "block packs=8 exact block=1024"},
         {ND_OP_SOFTMAX, ND_FLOAT16, 65536, 0, "split "},
         {ND_OP_LOG_SOFTMAX, ND_BFLOAT16, 65536, 0, "split "}};
     check_plans(anywhere, sizeof anywhere / sizeof anywhere[0], NULL, NULL);
