@@ -986,17 +986,18 @@ typedef nd_cluster_reduce_smem<4> nd_rows_reduce_smem;
 /* The policies' big_pf for float32 rows of 8 packs a thread on a fast device (32768 columns): half
  * a device-full ahead. H200, three alternating rounds in each of two calls against a device-full
  * ahead, % of the copy ceiling (bench/results/rows_big_pf_h200.txt, calls 4 and 5): LayerNorm 90.8
- * -> 92.5 and 91.8 -> 93.9, RMSNorm (its big block without a prefetch: 96.1 / 95.9) 97.9 and 94.0
- * -> 97.5, softmax +1.0 / +1.3, log_softmax +1.1 / +1.5. 16-bit rows of 65536 moved within 0.7
- * either way at half a device-full, and keep a whole one. */
+ * -> 92.5 and 91.8 -> 93.9, softmax 96.3 -> 97.3 and 96.4 -> 97.7, log_softmax 95.9 -> 97.0 and
+ * 96.0 -> 97.5; RMSNorm, whose big block did not prefetch before, 96.1 -> 97.9 against that and
+ * 94.0 -> 97.5 against a device-full ahead. 16-bit rows of 65536 moved within 0.7 either way at
+ * half a device-full, and keep a whole one. */
 #ifndef ND_ROWS_BIG_PF32
 #define ND_ROWS_BIG_PF32 4
 #endif
 
 /* PF8 > 0: the big block that asks L2 for the row PF8 / 8 of a device-full of big blocks (one an
- * SM) after its own (nd_rows_big_pf); a kernel of its own, as that code in every big block cost
- * RMSNorm's float32 rows of 32768 columns, which do not prefetch, 1.9 points of the copy ceiling
- * (H200, bench/results/rows_big_pf_h200.txt) */
+ * SM) after its own (nd_rows_big_pf). A kernel of its own: carried in every big block, that code
+ * cost the rows that did not prefetch (RMSNorm's float32 32768 columns, then) 1.9 points of the
+ * copy ceiling (H200, bench/results/rows_big_pf_h200.txt). */
 template <class Op, class T, int VEC, int PACKS, int THREADS, bool CLUSTER, int XC = 0,
           int PF8 = 0>
 __global__ void __launch_bounds__(THREADS,
