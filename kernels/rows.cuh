@@ -1813,7 +1813,7 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
             constexpr int PACKS = decltype(pk)::value;
             /* the generic kernel (XC 0), its exact twin or its grid twin */
             auto launch = [&](auto xc) {
-                constexpr int XC = decltype(xc)::value;
+                [[maybe_unused]] constexpr int XC = decltype(xc)::value; /* not in the error path */
                 /* the big block's prefetching kernel where the policy takes it on this device
                  * class (F: fast, S: not), eighths of a device-full ahead */
                 constexpr int F = nd_rows_big_pf_on<Pol>((int)sizeof(T), PACKS, true);
