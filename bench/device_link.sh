@@ -26,7 +26,10 @@ if [ -n "$variant" ]; then
     [ -f "$klib" ] || { echo "device_link.sh: no $klib (bench/ab_variant.sh $variant ...)" >&2; exit 1; }
 fi
 mkdir -p build/tests build/bench
-[ -n "$variant" ] || cp "$OBJS/libndkernels.a" build/libndkernels.a
+# written aside and renamed, so a bench/ab_variant.sh copying it meanwhile reads a whole archive
+if [ -z "$variant" ]; then
+    cp "$OBJS/libndkernels.a" build/libndkernels.a.part && mv build/libndkernels.a.part build/libndkernels.a
+fi
 # the shared libraries by file: the runtime packages carry no unversioned .so links
 curl=""
 for f in "$SYS/libcurl.so.4" "$SYS/libcurl-gnutls.so.4"; do [ -e "$f" ] && { curl=$f; break; }; done
