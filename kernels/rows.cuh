@@ -1273,6 +1273,12 @@ static nd_status nd_rows_launch(void (*kernel)(KArgs...), int threads, int csize
 }
 
 
+/* A dispatch rule's A/B knob: 0 never, 1 where the policy says (`policy`), 2 always. */
+constexpr bool nd_rows_knob(int knob, bool policy)
+{
+    return knob == 2 || (knob == 1 && policy);
+}
+
 /* ceil(log2(n)) for n >= 1 */
 constexpr int nd_log2_ceil(int n)
 {
@@ -1389,8 +1395,7 @@ template <class T> static inline bool nd_rows_on_grid(const nd_rows_args<T> &a)
  * quarter_fit(element bytes, w, packs), or every one under ND_ROWS_WARP_FIT_QUARTER 2. */
 template <class Pol> constexpr bool nd_rows_quarter_fit(int elem_bytes, int w, int packs)
 {
-    return ND_ROWS_WARP_FIT_QUARTER == 2 ||
-           (ND_ROWS_WARP_FIT_QUARTER && Pol::quarter_fit(elem_bytes, w, packs));
+    return nd_rows_knob(ND_ROWS_WARP_FIT_QUARTER, Pol::quarter_fit(elem_bytes, w, packs));
 }
 /* ND_ROWS_WARP_FIT_TAIL: packs a lane (5-7) for rows of P packs in tw lanes, where that leaves
  * some packs empty but at most half as many as w lanes of sp packs do; 0: no tail fit. */
@@ -1404,8 +1409,7 @@ static inline int nd_rows_tail_packs(int64_t P, int tw, int w, int sp)
  * packs), or every one under ND_ROWS_WARP_FIT_TAIL 2. */
 template <class Pol> constexpr bool nd_rows_tail_fit(int elem_bytes, int tw, int packs)
 {
-    return ND_ROWS_WARP_FIT_TAIL == 2 ||
-           (ND_ROWS_WARP_FIT_TAIL && Pol::tail_fit(elem_bytes, tw, packs));
+    return nd_rows_knob(ND_ROWS_WARP_FIT_TAIL, Pol::tail_fit(elem_bytes, tw, packs));
 }
 
 /* Whether rows of exactly w lanes x packs packs take that fitted geometry: the policy's
@@ -1494,13 +1498,18 @@ static nd_status nd_rows_warp_run(const nd_rows_args<T> &a, const typename Op::P
  * T on some device (so its kernels are compiled). */
 template <class Pol> constexpr bool nd_rows_big_block(int elem_bytes, int packs, bool fast)
 {
-    return ND_ROWS_BIG_BLOCK_TAKE == 2 ||
-           (ND_ROWS_BIG_BLOCK_TAKE && Pol::big_block(elem_bytes, packs, fast));
+    return nd_rows_knob(ND_ROWS_BIG_BLOCK_TAKE, Pol::big_block(elem_bytes, packs, fast));
+}
+/* whether some device takes the big block at `packs` packs a thread (its kernels compiled) */
+template <class Pol> constexpr bool nd_rows_big_packs(int elem_bytes, int packs)
+{
+    return nd_rows_big_block<Pol>(elem_bytes, packs, true) ||
+           nd_rows_big_block<Pol>(elem_bytes, packs, false);
 }
 template <class Pol> constexpr bool nd_big_block_any(int elem_bytes, int pm)
 {
     for (int p = pm / 2 + 1; p <= pm; p++)
-        if (nd_rows_big_block<Pol>(elem_bytes, p, false) || nd_rows_big_block<Pol>(elem_bytes, p, true))
+        if (nd_rows_big_packs<Pol>(elem_bytes, p))
             return true;
     return false;
 }
@@ -1519,12 +1528,6 @@ struct nd_big_pf_of<Pol, std::void_t<decltype(Pol::big_pf(0, 0, false))>> {
 template <class Pol> constexpr int nd_rows_big_pf(int elem_bytes, int packs, bool fast)
 {
     return ND_ROWS_BIG_PF >= 0 ? ND_ROWS_BIG_PF : nd_big_pf_of<Pol>::get(elem_bytes, packs, fast);
-}
-/* whether some device takes the big block at `packs` packs a thread (its kernels compiled) */
-template <class Pol> constexpr bool nd_rows_big_packs(int elem_bytes, int packs)
-{
-    return nd_rows_big_block<Pol>(elem_bytes, packs, true) ||
-           nd_rows_big_block<Pol>(elem_bytes, packs, false);
 }
 /* the big block's prefetch distance where a device of that class takes the big block, else 0 */
 template <class Pol> constexpr int nd_rows_big_pf_on(int elem_bytes, int packs, bool fast)
@@ -1818,16 +1821,20 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                  * class (F: fast, S: not), eighths of a device-full ahead */
                 constexpr int F = nd_rows_big_pf_on<Pol>((int)sizeof(T), PACKS, true);
                 constexpr int S = nd_rows_big_pf_on<Pol>((int)sizeof(T), PACKS, false);
-                if constexpr (TH == ND_ROWS_BIG_BLOCK && (F > 0 || S > 0)) {
-                    if ((fast ? F : S) > 0) {
-                        ND_PLAN("block packs=%d%s pf=%d/8", PACKS, nd_rows_twin_word(XC),
-                                fast ? F : S);
-                        constexpr int F1 = F > 0 ? F : S, S1 = S > 0 ? S : F;
-                        return nd_rows_launch(
-                            fast ? nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, XC, F1>
-                                 : nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, XC, S1>,
-                            TH, 1, 0, a.rows, di, s, err, name, a, prm);
-                    }
+                auto prefetching = [&](auto pf) {
+                    constexpr int PF = decltype(pf)::value;
+                    ND_PLAN("block packs=%d%s pf=%d/8", PACKS, nd_rows_twin_word(XC), PF);
+                    return nd_rows_launch(
+                        nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, XC, PF>, TH, 1, 0,
+                        a.rows, di, s, err, name, a, prm);
+                };
+                if constexpr (TH == ND_ROWS_BIG_BLOCK && F > 0) {
+                    if (fast)
+                        return prefetching(std::integral_constant<int, F>());
+                }
+                if constexpr (TH == ND_ROWS_BIG_BLOCK && S > 0) {
+                    if (!fast)
+                        return prefetching(std::integral_constant<int, S>());
                 }
                 /* the plain kernel, compiled for the big block only where a device class takes
                  * it without the prefetch */
