@@ -230,6 +230,37 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_SLAB_ONE_RELEASE
 #define ND_AXIS_SLAB_ONE_RELEASE 1
 #endif
+/* L2 prefetch on a fast device (peak DRAM bandwidth >= ND_AXIS_PF_MIN_GBPS: an H200, not an
+ * H100 SXM, where it was not measured). Thread 0 of a block asks L2 for the x that the block
+ * PF / 8 of a device-full of blocks later will read (one cp.async.bulk.prefetch.L2, issued before
+ * the block's own loads, so that the DRAM has reads queued while blocks reduce and wait at their
+ * barriers), in kernels of their own (template PF):
+ *   ND_AXIS_CACHED_PF  the 16-bit register-cached kernel where each block holds whole slabs (one
+ *                      segment of dim, one chunk of inner: consecutive outer indices, one piece
+ *                      of x), as (65536,8,128) ax1;
+ *   ND_AXIS_SLAB_PF    the 16-bit one-pass slab kernel cut into tiles, as (32,1000,56,56) ax1.
+ *                      A unit (a tile, one cluster) is taken as an equal consecutive piece of x,
+ *                      each block of the cluster asking for its share: not the tile's own columns
+ *                      but, over a slab's tiles (consecutive units), the whole slab; the distance
+ *                      is at least a slab's tiles, so that a slab is asked for whole before its
+ *                      first tile runs.
+ * H200, three alternating rounds in each of two calls, % of the same-run copy ceiling
+ * (bench/results/axis_pf_h200.txt), base -> 4 eighths: (65536,8,128) softmax float16 / bfloat16
+ * 79.5 / 80.9 -> 81.1 / 81.9 and 79.4 / 80.8 -> 80.6 / 81.8, log_softmax 86.0 / 87.2 -> 88.1 /
+ * 90.0 and 85.0 / 86.4 -> 86.8 / 91.0; (32,1000,56,56) 16-bit 69.4-71.0 -> 71.0-72.0 and
+ * 69.6-71.1 -> 71.0-71.9. 8 eighths did less (call 1), 2 about as well (call 2). Not taken:
+ * whole slabs, (512,896,4,12) 16-bit 71 -> 66-67; float32, whose kernels spilled 12-48 bytes
+ * more with the code and lost 3-25 points ((65536,8,128) 94-96 -> 90-91); a grid of one wave
+ * ((128,128,16,16) ax0) has no block later to ask for. 0: never. */
+#ifndef ND_AXIS_PF_MIN_GBPS
+#define ND_AXIS_PF_MIN_GBPS 4000.0
+#endif
+#ifndef ND_AXIS_CACHED_PF
+#define ND_AXIS_CACHED_PF 4
+#endif
+#ifndef ND_AXIS_SLAB_PF
+#define ND_AXIS_SLAB_PF 4
+#endif
 #ifndef ND_AXIS_MINB_16BIT /* blocks per SM the 16-bit 4-element 16-row kernel must fit: 3 caps it
                               at 80 registers (a few spill) for 1.5x the rows in flight of 2 */
 #define ND_AXIS_MINB_16BIT 3
@@ -268,7 +299,16 @@ struct axis_geom {
     int64_t groups;  /* outer * chunks: the column tiles */
     int64_t rows_per_rank; /* rows of a column handled by one block of a cluster */
     int cluster;     /* blocks per column along dim (gridDim.y) */
+    int pf_blocks;   /* the PF kernel: blocks ahead whose x to ask L2 for (launch_cached) */
 };
+
+/* One bulk prefetch of bytes [p, p + n) into L2 (16-byte aligned, n a multiple of 16). */
+__device__ __forceinline__ void nd_prefetch_l2(const void *p, unsigned n)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
+#endif
+}
 
 /* ------------------------------------------------------------------------------------------- */
 /* kernels                                                                                       */
@@ -461,7 +501,7 @@ __device__ __forceinline__ void column_allreduce(float (&v)[P], float *red, int 
  * badly there (16 rows, or 8 rows of 8 two-byte elements), which get 128 in blocks of 256, or 80
  * (ND_AXIS_MINB_16BIT = 3 blocks) for 16 rows of 4 two-byte elements.
  */
-template <typename T, int P, int R, int MAXT, bool LOG>
+template <typename T, int P, int R, int MAXT, bool LOG, bool PF = false>
 __global__ void __launch_bounds__(MAXT, (R >= 16 || (P >= 8 && R >= 8))
                                             ? (sizeof(T) == 2 && P <= 4 ? ND_AXIS_MINB_16BIT : 2)
                                             : 1024 / MAXT)
@@ -494,6 +534,16 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
     int nrows = 0;
     if (live && d0 < d1)
         nrows = (int)min((int64_t)R, (d1 - d0 + TY - 1) / TY);
+    if constexpr (PF) {
+        /* whole slabs a block (launch_cached): block b's x is one piece, blockDim.z slabs long;
+         * asked for before this block's loads (after them, their registers held the address) */
+        const int64_t b = blockIdx.x + (int64_t)g.pf_blocks, bz = blockDim.z;
+        if ((tx | ty | threadIdx.z) == 0 && b * bz < g.groups) {
+            const int64_t slab = g.dim * g.inner;
+            nd_prefetch_l2(x + b * bz * slab,
+                           (unsigned)(min(bz, g.groups - b * bz) * slab * (int64_t)sizeof(T)));
+        }
+    }
     pack v[R];
 #pragma unroll
     for (int k = 0; k < R; k++)
@@ -798,6 +848,8 @@ struct slab_geom {
     int tiles;    /* tiles of an inner row: row / q */
     int packs;    /* packs of a tile: rows * q */
     int cluster;  /* blocks per tile */
+    int64_t units; /* tiles of the tensor: outer * tiles (one cluster each) */
+    int pf_units;  /* the PF kernel: units ahead whose x to ask L2 for (launch_slab_packs) */
 };
 
 /*
@@ -1012,7 +1064,7 @@ __device__ __forceinline__ void slab_store(uint4 *ys, int p, int stride, int n, 
  * least PACKS - 1 packs (the plan takes PACKS = ceil(packs / G)), so none is empty. The exps are
  * taken again for the output rather than kept: 8 per pack would not fit the registers.
  */
-template <typename T, int PACKS, bool LOG, bool TILED>
+template <typename T, int PACKS, bool LOG, bool TILED, bool PF = false>
 __global__ void __launch_bounds__(slab_policy::max_threads, 1024 / slab_policy::max_threads)
 softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
 {
@@ -1041,6 +1093,19 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
     }
     /* this thread has PACKS - 1 packs or more */
 
+    if constexpr (PF) {
+        /* this block's share of unit unit + pf_units, units as equal pieces of x (ND_AXIS_SLAB_PF);
+         * asked for before this block's loads (after them, their registers held the address) */
+        const int64_t ahead = unit + g.pf_units;
+        if (threadIdx.x == 0 && ahead < g.units) {
+            const int64_t ub = g.slab * (int64_t)sizeof(T) / g.tiles;
+            const int64_t share = (ub + 16 * g.cluster - 1) / (16 * g.cluster) * 16;
+            const int64_t b0 = rank * share;
+            if (b0 < ub)
+                nd_prefetch_l2(reinterpret_cast<const char *>(x) + ahead * ub + b0,
+                               (unsigned)min(share, ub - b0));
+        }
+    }
     nd_regrow<T, PACKS * VEC> v;
     slab_load<PACKS>(v, xs, first, stride, n);
     /* One all-reduce of (max, sum) pairs, each thread's sums taken against its own max. Two
@@ -1635,10 +1700,52 @@ static axis_plan plan_axis(const nd_softmax_args *a, size_t es, int sms)
     return pl;
 }
 
+/* The ND_AXIS_*_PF distance: units (blocks, or clusters of `cluster`) that pf8 / 8 of a
+ * device-full of kern's blocks of `threads` make, or 0 where a grid of `units` has no unit that
+ * far ahead (the occupancy calculator is asked only when it might). */
+template <class K>
+static cudaError_t prefetch_ahead(K kern, int threads, size_t smem, const nd_cuda_device_info *di,
+                                  int cluster, int pf8, int64_t units, int64_t *ahead)
+{
+    *ahead = 0;
+    if (pf8 <= 0 || di->mem_gbps < ND_AXIS_PF_MIN_GBPS ||
+        units <= (int64_t)di->sm_count / cluster * pf8 / 8) /* at least one block an SM */
+        return cudaSuccess;
+    int per_sm = 0;
+    cudaError_t ce = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, smem);
+    if (ce != cudaSuccess)
+        return ce;
+    const int64_t a = (int64_t)per_sm * di->sm_count / cluster * pf8 / 8;
+    *ahead = a > 0 && a < units ? a : 0;
+    return cudaSuccess;
+}
+
 template <typename T, int P, int R, int MAXT>
 static cudaError_t launch_cached(const axis_plan &pl, const void *x, void *y, int log,
-                                 cudaStream_t stream)
+                                 const nd_cuda_device_info *di, cudaStream_t stream)
 {
+    auto kern = log ? softmax_axis_kernel<T, P, R, MAXT, true>
+                    : softmax_axis_kernel<T, P, R, MAXT, false>;
+    axis_geom g = pl.g;
+    g.pf_blocks = 0;
+    /* ND_AXIS_CACHED_PF: 16-bit blocks of whole slabs */
+    if constexpr (sizeof(T) == 2 && ND_AXIS_CACHED_PF > 0) {
+        if (pl.grid.y == 1 && g.cluster == 1 && g.chunks == 1 &&
+            (g.dim * g.inner * (int64_t)sizeof(T)) % 16 == 0 && nd_aligned(x, 16)) {
+            auto pk = log ? softmax_axis_kernel<T, P, R, MAXT, true, true>
+                          : softmax_axis_kernel<T, P, R, MAXT, false, true>;
+            int64_t ahead = 0;
+            cudaError_t ce = prefetch_ahead(pk, (int)(pl.block.x * pl.block.y * pl.block.z),
+                                            pl.smem, di, 1, ND_AXIS_CACHED_PF, pl.grid.x, &ahead);
+            if (ce != cudaSuccess)
+                return ce;
+            if (ahead > 0) {
+                kern = pk;
+                g.pf_blocks = (int)ahead;
+                ND_PLAN_MORE(" pf=%d/8 ahead=%lld", ND_AXIS_CACHED_PF, (long long)ahead);
+            }
+        }
+    }
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
     cfg.gridDim = pl.grid;
@@ -1653,11 +1760,7 @@ static cudaError_t launch_cached(const axis_plan &pl, const void *x, void *y, in
         cfg.attrs = attr;
         cfg.numAttrs = 1;
     }
-    if (log)
-        return cudaLaunchKernelEx(&cfg, softmax_axis_kernel<T, P, R, MAXT, true>, (const T *)x,
-                                  (T *)y, pl.g);
-    return cudaLaunchKernelEx(&cfg, softmax_axis_kernel<T, P, R, MAXT, false>, (const T *)x,
-                              (T *)y, pl.g);
+    return cudaLaunchKernelEx(&cfg, kern, (const T *)x, (T *)y, g);
 }
 
 /* The split path's two launches around a stream-ordered workspace. */
@@ -1687,17 +1790,17 @@ static cudaError_t launch_split(const axis_plan &pl, const void *x, void *y, int
 
 template <typename T, int P>
 static cudaError_t launch_rows(const axis_plan &pl, const void *x, void *y, int log,
-                               cudaStream_t stream)
+                               const nd_cuda_device_info *di, cudaStream_t stream)
 {
     switch (pl.rows) {
     case 0: return launch_split<T, P>(pl, x, y, log, stream);
-    case 1: return launch_cached<T, P, 1, P >= 8 ? 512 : 1024>(pl, x, y, log, stream);
-    case 2: return launch_cached<T, P, 2, P >= 8 ? 512 : 1024>(pl, x, y, log, stream);
-    case 4: return launch_cached<T, P, 4, P >= 8 ? 512 : 1024>(pl, x, y, log, stream);
-    case 8: return launch_cached<T, P, 8, P >= 8 ? 256 : 512>(pl, x, y, log, stream);
+    case 1: return launch_cached<T, P, 1, P >= 8 ? 512 : 1024>(pl, x, y, log, di, stream);
+    case 2: return launch_cached<T, P, 2, P >= 8 ? 512 : 1024>(pl, x, y, log, di, stream);
+    case 4: return launch_cached<T, P, 4, P >= 8 ? 512 : 1024>(pl, x, y, log, di, stream);
+    case 8: return launch_cached<T, P, 8, P >= 8 ? 256 : 512>(pl, x, y, log, di, stream);
     case 16:
         if constexpr (P < 8 || ND_AXIS_MAX_ROWS_P8 >= 16)
-            return launch_cached<T, P, 16, 256>(pl, x, y, log, stream);
+            return launch_cached<T, P, 16, 256>(pl, x, y, log, di, stream);
         return cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;
     }
@@ -1748,6 +1851,8 @@ static int slab_layout(const nd_softmax_args *a, size_t es, int tile_max, slab_g
     g->tiles = (int)(row / q);
     g->packs = (int)(a->dim * q);
     g->cluster = 1;
+    g->units = a->outer * g->tiles;
+    g->pf_units = 0;
     return (int)(pol::max_threads / lcm32(q) * lcm32(q));
 }
 
@@ -1923,9 +2028,35 @@ static cudaError_t launch_slab_res(const slab_geom &g, const slab_res &r, int64_
 }
 
 template <typename T, int PACKS>
-static cudaError_t launch_slab_packs(const slab_geom &g, int threads, int64_t outer, const void *x,
-                                     void *y, int log, cudaStream_t stream)
+static cudaError_t launch_slab_packs(const slab_geom &sg, int threads, int64_t outer, const void *x,
+                                     void *y, int log, const nd_cuda_device_info *di,
+                                     cudaStream_t stream)
 {
+    auto kern = sg.tiles > 1 ? (log ? softmax_axis_slab<T, PACKS, true, true>
+                                    : softmax_axis_slab<T, PACKS, false, true>)
+                             : (log ? softmax_axis_slab<T, PACKS, true, false>
+                                    : softmax_axis_slab<T, PACKS, false, false>);
+    slab_geom g = sg;
+    g.pf_units = 0;
+    /* ND_AXIS_SLAB_PF: 16-bit tiles */
+    if constexpr (sizeof(T) == 2 && ND_AXIS_SLAB_PF > 0) {
+        if (g.tiles > 1) {
+            auto pk = log ? softmax_axis_slab<T, PACKS, true, true, true>
+                          : softmax_axis_slab<T, PACKS, false, true, true>;
+            int64_t ahead = 0;
+            cudaError_t ce = prefetch_ahead(pk, threads, 0, di, g.cluster, ND_AXIS_SLAB_PF,
+                                            g.units, &ahead);
+            if (ce != cudaSuccess)
+                return ce;
+            if (ahead > 0) /* a slab asked for whole before its first tile runs */
+                ahead = std::max(ahead, (int64_t)g.tiles);
+            if (ahead > 0 && ahead < g.units) {
+                kern = pk;
+                g.pf_units = (int)ahead;
+                ND_PLAN_MORE(" pf=%d/8 ahead=%lld", ND_AXIS_SLAB_PF, (long long)ahead);
+            }
+        }
+    }
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
     cfg.gridDim = dim3((unsigned)(outer * g.tiles * g.cluster));
@@ -1939,27 +2070,24 @@ static cudaError_t launch_slab_packs(const slab_geom &g, int threads, int64_t ou
         cfg.attrs = attr;
         cfg.numAttrs = 1;
     }
-    if (g.tiles > 1)
-        return log ? cudaLaunchKernelEx(&cfg, softmax_axis_slab<T, PACKS, true, true>, (const T *)x, (T *)y, g)
-                   : cudaLaunchKernelEx(&cfg, softmax_axis_slab<T, PACKS, false, true>, (const T *)x, (T *)y, g);
-    return log ? cudaLaunchKernelEx(&cfg, softmax_axis_slab<T, PACKS, true, false>, (const T *)x, (T *)y, g)
-               : cudaLaunchKernelEx(&cfg, softmax_axis_slab<T, PACKS, false, false>, (const T *)x, (T *)y, g);
+    return cudaLaunchKernelEx(&cfg, kern, (const T *)x, (T *)y, g);
 }
 
 template <typename T>
 static cudaError_t launch_slab(const slab_geom &g, int threads, int packs, int64_t outer,
-                               const void *x, void *y, int log, cudaStream_t stream)
+                               const void *x, void *y, int log, const nd_cuda_device_info *di,
+                               cudaStream_t stream)
 {
     constexpr int PMAX = slab_policy::max_packs(sizeof(T));
     static_assert(slab_policy::min_packs == 4 && PMAX <= 8, "the cases below");
     switch (packs) {
-    case 4: return launch_slab_packs<T, 4>(g, threads, outer, x, y, log, stream);
-    case 5: return launch_slab_packs<T, 5>(g, threads, outer, x, y, log, stream);
-    case 6: return launch_slab_packs<T, 6>(g, threads, outer, x, y, log, stream);
-    case 7: return launch_slab_packs<T, 7>(g, threads, outer, x, y, log, stream);
+    case 4: return launch_slab_packs<T, 4>(g, threads, outer, x, y, log, di, stream);
+    case 5: return launch_slab_packs<T, 5>(g, threads, outer, x, y, log, di, stream);
+    case 6: return launch_slab_packs<T, 6>(g, threads, outer, x, y, log, di, stream);
+    case 7: return launch_slab_packs<T, 7>(g, threads, outer, x, y, log, di, stream);
     case 8:
         if constexpr (PMAX >= 8)
-            return launch_slab_packs<T, (PMAX >= 8 ? 8 : 4)>(g, threads, outer, x, y, log, stream);
+            return launch_slab_packs<T, (PMAX >= 8 ? 8 : 4)>(g, threads, outer, x, y, log, di, stream);
         return cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;
     }
@@ -1967,14 +2095,14 @@ static cudaError_t launch_slab(const slab_geom &g, int threads, int packs, int64
 
 template <typename T>
 static cudaError_t launch_typed(const axis_plan &pl, const void *x, void *y, int log,
-                                cudaStream_t stream)
+                                const nd_cuda_device_info *di, cudaStream_t stream)
 {
     constexpr int P16 = (sizeof(T) == 2 ? ND_AXIS_PACK16_BYTES : 16) / sizeof(T), P4 = 4 / sizeof(T);
     if (pl.pack == P16)
-        return launch_rows<T, P16>(pl, x, y, log, stream);
+        return launch_rows<T, P16>(pl, x, y, log, di, stream);
     if (P4 > 1 && pl.pack == P4)
-        return launch_rows<T, (P4 > 1 ? P4 : 1)>(pl, x, y, log, stream);
-    return launch_rows<T, 1>(pl, x, y, log, stream);
+        return launch_rows<T, (P4 > 1 ? P4 : 1)>(pl, x, y, log, di, stream);
+    return launch_rows<T, 1>(pl, x, y, log, di, stream);
 }
 
 /* One call's launch: the slab plan where it applies, else the column plan. */
@@ -1989,10 +2117,10 @@ static cudaError_t launch_axis(const nd_softmax_args *a, int log, const nd_cuda_
         ND_PLAN("axis slab packs=%d block=%d cluster=%d tile=%d grid=%lld", packs, threads,
                 sg.cluster, sg.q, (long long)(a->outer * sg.tiles * sg.cluster));
         switch (a->dtype) {
-        case ND_FLOAT16: return launch_slab<__half>(sg, threads, packs, a->outer, a->x, a->y, log, stream);
+        case ND_FLOAT16: return launch_slab<__half>(sg, threads, packs, a->outer, a->x, a->y, log, di, stream);
         case ND_BFLOAT16:
-            return launch_slab<__nv_bfloat16>(sg, threads, packs, a->outer, a->x, a->y, log, stream);
-        default: return launch_slab<float>(sg, threads, packs, a->outer, a->x, a->y, log, stream);
+            return launch_slab<__nv_bfloat16>(sg, threads, packs, a->outer, a->x, a->y, log, di, stream);
+        default: return launch_slab<float>(sg, threads, packs, a->outer, a->x, a->y, log, di, stream);
         }
     }
     axis_plan pl = plan_axis(a, es, sms);
@@ -2034,9 +2162,9 @@ static cudaError_t launch_axis(const nd_softmax_args *a, int log, const nd_cuda_
             pl.rows ? "cached" : "split", pl.pack, pl.rows, pl.block.x, pl.block.y, pl.block.z,
             pl.grid.x, pl.grid.y, pl.g.cluster);
     switch (a->dtype) {
-    case ND_FLOAT16: return launch_typed<__half>(pl, a->x, a->y, log != 0, stream);
-    case ND_BFLOAT16: return launch_typed<__nv_bfloat16>(pl, a->x, a->y, log != 0, stream);
-    default: return launch_typed<float>(pl, a->x, a->y, log != 0, stream);
+    case ND_FLOAT16: return launch_typed<__half>(pl, a->x, a->y, log != 0, di, stream);
+    case ND_BFLOAT16: return launch_typed<__nv_bfloat16>(pl, a->x, a->y, log != 0, di, stream);
+    default: return launch_typed<float>(pl, a->x, a->y, log != 0, di, stream);
     }
 }
 

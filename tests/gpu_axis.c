@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu_fast.h"
 #include "util/nd_testutil.h"
 
 #define CUDA_OK(call)                                                                              \
@@ -230,6 +231,42 @@ Test(gpu_axis, softmax_far_from_zero)
                 for (int sign = -1; sign <= 1; sign += 2)
                     check_softmax_at(all_dtypes[d], log_, shapes[i][0], shapes[i][1],
                                      shapes[i][2], 0, sign * 30000.0, 40.0, &rng, "far from zero");
+}
+
+/* The kernels that ask L2 for x ahead of their own (ND_AXIS_CACHED_PF, ND_AXIS_SLAB_PF in
+ * softmax_axis.cu): 16-bit grids of more blocks than a fraction of a device-full ahead, blocks of
+ * whole slabs in the cached kernel ((12288,8,128): 1536 blocks) and tiles of the one-pass slab
+ * kernel ((16,200,3136): 784 tiles, the prefetch a whole slab of 49 tiles or more ahead, so the
+ * last tiles ask for none). On a fast device the plan names the distance (" pf="); elsewhere, and
+ * for float32, no kernel prefetches. */
+Test(gpu_axis, softmax_l2_prefetch)
+{
+    need_device();
+    const int fast = nd_test_fast_device();
+    uint64_t rng = 0x5eed0007;
+    static const struct {
+        int64_t outer, dim, inner;
+        const char *plan;
+    } shapes[] = {{12288, 8, 128, "axis cached "}, {16, 200, 3136, "axis slab "}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int d = 0; d < 3; d++)
+            for (int log_ = 0; log_ < 2; log_++) {
+                char what[96];
+                snprintf(what, sizeof what, "prefetch (%lld,%lld,%lld)",
+                         (long long)shapes[i].outer, (long long)shapes[i].dim,
+                         (long long)shapes[i].inner);
+                nd_cuda_plan_trace(1);
+                check_softmax(all_dtypes[d], log_, shapes[i].outer, shapes[i].dim, shapes[i].inner,
+                              0, &rng, what);
+                nd_cuda_plan_trace(0);
+                const char *plan = nd_cuda_last_plan();
+                const int want = fast && all_dtypes[d] != ND_FLOAT32;
+                cr_expect(strncmp(plan, shapes[i].plan, strlen(shapes[i].plan)) == 0 &&
+                              (strstr(plan, " pf=") != NULL) == want,
+                          "%s %s on %s device: plan \"%s\", expected \"%s...\" %s a prefetch",
+                          what, nd_dtype_name(all_dtypes[d]), fast ? "a fast" : "a", plan,
+                          shapes[i].plan, want ? "with" : "without");
+            }
 }
 
 /* Masked scores (nd_mask_attention: causal prefixes, scattered -inf, whole columns masked)

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "../kernels/nd_dtype.h"
+#include "gpu_fast.h"
 #include "util/nd_testutil.h"
 
 #define CUDA_OK(call)                                                                              \
@@ -396,16 +397,6 @@ Test(gpu_rows, split_many_rows)
             }
 }
 
-/* Whether the device is of the row dispatch's fast class (ND_ROWS_FAST_GBPS: peak DRAM
- * bandwidth of 4000 GB/s or more, 2 x memory clock x bus width), where its policies take the
- * routes measured on such a device (an H200). */
-static int fast_device(void)
-{
-    int khz = 0, bits = 0;
-    CUDA_OK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, 0));
-    CUDA_OK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, 0));
-    return 2.0 * khz * 1e3 * (bits / 8) / 1e9 >= 4000.0;
-}
 
 /* A row shape and the plan the dispatch should pick for 4 such rows (check_plans). */
 typedef struct plan_case {
@@ -451,7 +442,7 @@ static void plan_buffers(void **x, void **y)
  * plan is any but one starting with `fast_only`. fast_only NULL: every kind on every device. */
 static void check_plans(const plan_case *c, size_t n, const char *fast_only, const char *other)
 {
-    const int fast = fast_device();
+    const int fast = nd_test_fast_device();
     void *x = NULL, *y = NULL;
     plan_buffers(&x, &y);
     for (size_t i = 0; i < n; i++) {
@@ -644,7 +635,7 @@ Test(gpu_rows, lean_kernel_many_rows)
         {ND_OP_LAYERNORM, ND_BFLOAT16, 640, 0, "lean W=32 packs=3 R=2 warps=1 "}};
     static const plan_case any640[] = {{ND_OP_LAYERNORM, ND_FLOAT16, 640, 0, NULL},
                                        {ND_OP_LAYERNORM, ND_BFLOAT16, 640, 0, NULL}};
-    if (fast_device())
+    if (nd_test_fast_device())
         check_plans(any640, 2, "lean", NULL); /* any plan but a lean one */
     else
         check_plans(lean640, 2, NULL, NULL);
@@ -664,7 +655,7 @@ Test(gpu_rows, warp_kernel_block_sizes)
         {ND_OP_RMSNORM, ND_FLOAT16, 256, 0, NULL},     {ND_OP_RMSNORM, ND_FLOAT32, 1024, 0, NULL},
         {ND_OP_LAYERNORM, ND_FLOAT32, 1024, 0, NULL},  {ND_OP_LAYERNORM, ND_FLOAT16, 768, 0, NULL},
         {ND_OP_LAYERNORM, ND_BFLOAT16, 2048, 0, NULL}, {ND_OP_LOG_SOFTMAX, ND_BFLOAT16, 2048, 0, NULL}};
-    const int fast = fast_device();
+    const int fast = nd_test_fast_device();
     void *x = NULL, *y = NULL;
     plan_buffers(&x, &y);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
