@@ -33,6 +33,9 @@
 #define ND_RMS_LEAN_P24 nd_lean_code(8, 4, 1)
 #endif
 
+#ifndef ND_RMS_BIG_PF16 /* nd_rmsnorm_policy::big_pf for 16-bit rows: eighths of a device-full */
+#define ND_RMS_BIG_PF16 6
+#endif
 #ifndef ND_RMS_SUB_FULL16 /* nd_rmsnorm_policy::sub_full(2) */
 #define ND_RMS_SUB_FULL16 16
 #endif
@@ -124,13 +127,15 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * 65536 columns take the big block on a fast device with it. H200, three alternating rounds
      * against the split kernel in each of two calls (bench/results/rows_big_pf_h200.txt):
      * float16 / bfloat16 89.1 / 89.0 -> 91.1 / 89.8% of the copy ceiling and 89.2 / 89.2 ->
-     * 90.7 / 89.8 (the big block alone: 89.3 / 89.3 -> 89.5 / 89.0). Float32 32768 columns, in
-     * the big block already on every device, lost with it a device-full ahead, 95.8 -> 94.0 and
-     * 95.9 -> 94.0, and gained half a device-full ahead (ND_ROWS_BIG_PF32), 96.1 -> 97.9 and 95.9
-     * -> 97.5, on an H200. */
+     * 90.7 / 89.8 (the big block alone: 89.3 / 89.3 -> 89.5 / 89.0), a device-full ahead; three
+     * quarters of one (ND_RMS_BIG_PF16), against that in two later calls (bench/results/
+     * axis_pf_h200.txt): 91.1 / 89.5 -> 91.7 / 90.2 and 90.5 / 90.5 -> 91.2 / 91.2; a device-full
+     * and a half: 84.1 / 83.2. Float32 32768 columns, in the big block already on every device,
+     * lost with it a device-full ahead, 95.8 -> 94.0 and 95.9 -> 94.0, and gained half a
+     * device-full ahead (ND_ROWS_BIG_PF32), 96.1 -> 97.9 and 95.9 -> 97.5, on an H200. */
     static constexpr int big_pf(int elem_bytes, int packs, bool fast)
     {
-        return packs == 8 && fast ? (elem_bytes == 4 ? ND_ROWS_BIG_PF32 : 8) : 0;
+        return packs == 8 && fast ? (elem_bytes == 4 ? ND_ROWS_BIG_PF32 : ND_RMS_BIG_PF16) : 0;
     }
     /* Rows on the grid of these lengths take the loop kernel on a fast device (rows_loop.cuh):
      * float32 2048, 4096, 6144, 8192 and 16384 columns (512, 1024, 1536, 2048 and 4096 packs),
