@@ -44,6 +44,12 @@
  * 88.5 / 92.4 against 91.2 / 91.9; 1024 (R = 1) gained, 93.9 / 94.7 -> 95.6 / 96.7. Each lane's
  * parameters loaded with x, before the statistics, rather than after them: up to 24 points
  * lower (bfloat16 1024 columns 95.6 -> 71.8).
+ * Tried (H200, three alternating rounds, bench/results/lean_pf_h200.txt): thread 0 of each block
+ * asking L2 (one cp.async.bulk.prefetch.L2, before its loads) for the rows of the block a
+ * device-full (32 blocks an SM) or half of one later, as the big block and the 16-bit axis
+ * kernels do with a gain. LayerNorm 64-1024 columns: a device-full ahead moved 16-bit -1.6 to
+ * +1.1 (bfloat16 192 89.2 -> 90.3; 512 and 1024 -1.1 to -1.6), half of one -5.1 to +1.4; float32
+ * in 4-warp blocks, 64 columns 96.1 -> 97.4 / 94.4, 128 95.2 -> 91.7 / 85.9. Not kept.
  */
 #ifndef ND_ROWS_LEAN_CUH
 #define ND_ROWS_LEAN_CUH
