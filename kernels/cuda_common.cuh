@@ -498,6 +498,16 @@ __host__ __device__ __forceinline__ bool nd_aligned(const void *p, size_t bytes)
     return ((uintptr_t)p & (bytes - 1)) == 0;
 }
 
+/* One bulk prefetch of bytes [p, p + n) into L2 (p 16-byte aligned, n a multiple of 16), for the
+ * kernels that ask L2 for x a later block will read (the split kernel, the big block, the axis
+ * kernels); nothing before sm_90. */
+__device__ __forceinline__ void nd_prefetch_l2(const void *p, unsigned n)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
+#endif
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Reductions. Combine functors work on K floats at once: a[i] = combine(a, b).
  * ------------------------------------------------------------------------------------------- */

@@ -1071,7 +1071,6 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
             ctx.x0 = nd_to_float(__ldg(xrow)); /* see ND_ROWS_X0_LATE */
         if (PF && row + step < a.rows)
             prefetch(row + step);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
         /* the big block (one an SM): thread 0 asks L2 for the row a block starting about when
          * this one ends will read, once its own loads are out (nd_rows_big_pf) */
         if constexpr (PF8 > 0) {
@@ -1084,12 +1083,9 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
                 const uintptr_t b = (uintptr_t)(a.x + ahead * acols);
                 const uintptr_t b0 = b & ~(uintptr_t)15;
                 const uintptr_t b1 = (b + (uintptr_t)acols * sizeof(T) + 15) & ~(uintptr_t)15;
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b0),
-                             "r"((unsigned)(b1 - b0))
-                             : "memory");
+                nd_prefetch_l2((const void *)b0, (unsigned)(b1 - b0));
             }
         }
-#endif
         /* ND_ROWS_PARAM_PIPE_BLOCK: the first pack's parameters, loaded with x */
         constexpr bool PIPE = ND_ROWS_PARAM_PIPE_BLOCK && Op::kParams >= 2 &&
                               nd_block_pipe_ok<T>(PACKS);

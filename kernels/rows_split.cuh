@@ -335,11 +335,8 @@ struct nd_split_ctx : nd_group_row<VEC, PACKS, WH> {
                 nd_split_store2(mine, nd_split_word<K>(v, 0), nd_split_word<K>(v, 1));
             else
                 nd_split_store(mine, nd_split_word<K>(v, 0));
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
             if (ND_ROWS_SPLIT_PF && r == 0 && pf_bytes != 0)
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pf), "r"(pf_bytes)
-                             : "memory");
-#endif
+                nd_prefetch_l2(pf, pf_bytes);
         }
         if (threadIdx.x < 32) {
             nd_split_gather<K>(v, op, slots, ws.chunks);

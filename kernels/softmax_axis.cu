@@ -302,14 +302,6 @@ struct axis_geom {
     int pf_blocks;   /* the PF kernel: blocks ahead whose x to ask L2 for (launch_cached) */
 };
 
-/* One bulk prefetch of bytes [p, p + n) into L2 (16-byte aligned, n a multiple of 16). */
-__device__ __forceinline__ void nd_prefetch_l2(const void *p, unsigned n)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
-#endif
-}
-
 /* ------------------------------------------------------------------------------------------- */
 /* kernels                                                                                       */
 /* ------------------------------------------------------------------------------------------- */
