@@ -82,6 +82,16 @@
  *     alternating rounds): (32,1000,56,56) float32 77.5 -> 81% of the copy ceiling and 16-bit
  *     (65536,8,128) softmax 90 -> 92, but (128,128,16,16) float32 88 -> 82 (log_softmax 82 -> 68),
  *     (65536,8,128) float32 98 -> 82-92 and (32,1000,56,56) 16-bit 58-60 -> 56-58.
+ *
+ * Where the H200's 16-bit gap is (probes, wrong results, timing only; bench/results/
+ * probes_h200.txt): the one-pass slab kernel without its all-reduce (each thread writing y from
+ * its own partials) ran (32,1000,56,56) and (512,896,4,12) at 90-95% of the copy ceiling where it
+ * runs 70-72, (128,128,16,16) (no cluster) at 84-86; without its exps, 3-11 points more. The
+ * cached kernel at (65536,8,128), with no all-reduce, is bound by its exps instead (softmax 80-81
+ * -> 91-96 without them). Tried on that reading (H200, three alternating rounds, bench/results/
+ * axis_hold_h200.txt): fewer blocks a tile, each thread holding up to 7 more packs in shared
+ * memory (cp.async.cg into its own slots before its register loads), (32,1000,56,56) in clusters
+ * of 3 instead of 5, (512,896,4,12) of 2 instead of 4: every such shape lost 4.9-8.6 points.
  */
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
