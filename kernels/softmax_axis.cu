@@ -87,8 +87,11 @@
  * probes_h200.txt): the one-pass slab kernel without its all-reduce (each thread writing y from
  * its own partials) ran (32,1000,56,56) and (512,896,4,12) at 90-95% of the copy ceiling where it
  * runs 70-72, (128,128,16,16) (no cluster) at 84-86; without its exps, 3-11 points more. The
- * cached kernel at (65536,8,128), with no all-reduce, is bound by its exps instead (softmax 80-81
- * -> 91-96 without them). Tried on that reading (H200, three alternating rounds, bench/results/
+ * cached kernel at (65536,8,128) ran 91-96 without its exps, but its float32 form fell 94 -> 68
+ * with them gone, and one fma an exp fewer in its statistics (ex2(fma(x, log2 e, -c)), the
+ * rounding of c taken out once a column) lost 4-17 points there with 8 bytes spilled
+ * (bench/results/axis_exp_fma_h200.txt): it moves with its registers and code layout more than
+ * with its exps. Tried on the slab reading (H200, three alternating rounds, bench/results/
  * axis_hold_h200.txt): fewer blocks a tile, each thread holding up to 7 more packs in shared
  * memory (cp.async.cg into its own slots before its register loads), (32,1000,56,56) in clusters
  * of 3 instead of 5, (512,896,4,12) of 2 instead of 4: every such shape lost 4.9-8.6 points.
