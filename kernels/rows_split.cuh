@@ -85,7 +85,10 @@
  * results: the parameter pointers offset to chunk %smid % C; L1 hit rate 2 -> 47%, L2 traffic
  * -28%) LayerNorm float16 128x1048576 took as long (ncu 162.6 -> 164.2 us), and beta read from
  * gamma's lines moved the long shapes -10 to +2.6 points (bench/results/
- * split_param_probes_h200.txt).
+ * split_param_probes_h200.txt). With no parameters at all (a probe, null gamma and beta;
+ * bench/results/probes_h200.txt) LayerNorm's 128x1048576 ran 77.1-78.1% of the copy ceiling
+ * against 73.5-78.0, 512x262144 82.0-89.2 against 78.6-85.7: what keeps them below 90 is not
+ * the parameters.
  * Tried (H200, bench/results/split_team_h200.txt): teams of C blocks, member m holding chunk m of
  * several rows in turn, its chunk of the team's next row bulk-copied into shared memory (or asked
  * of L2) before it waits for the current row, so the wait has loads in flight. Every form lost
