@@ -85,8 +85,16 @@
 #define ND_LN_SPREAD_RSQRT 0
 #endif
 
-#ifndef ND_LN_PARAM_HOLD16 /* nd_layernorm_op::param_hold: 16-bit lanes of up to this many packs */
-#define ND_LN_PARAM_HOLD16 2
+/* nd_layernorm_op::param_hold: 16-bit lanes of up to this many packs. 3, not 2: lanes of 3 packs
+ * at their blocks an SM as before (7 for up to 8 lanes, 72 registers; 9 for the 16- and 32-lane
+ * twins, 56, where they now spill 24-36 bytes, nvcc 13). H200, three alternating rounds in each of
+ * two calls, float16 / bfloat16 % of the copy ceiling (bench/results/ln_hold3_h200.txt): 48
+ * columns 91.4 / 91.4 -> 99.2 / 98.9, 96 82.0 / 80.9 -> 91.1 / 91.1 and 82.1 / 80.7 -> 90.9 /
+ * 91.0, 768 96.0 / 96.7 -> 98.7 / 99.0 and 96.0 / 96.5 -> 98.3 / 98.8, 704 and 760 (the generic
+ * 32-lane kernel, 56 bytes spilled) +0.3 to +2.2; 24, 192 and 384 within 0.5. Not measured on an
+ * H100. */
+#ifndef ND_LN_PARAM_HOLD16
+#define ND_LN_PARAM_HOLD16 3
 #endif
 
 #ifndef ND_LN_WARP_BLOCKS78 /* nd_layernorm_op::min_blocks: 16-bit warp-kernel lanes of 7-8 packs */
@@ -615,7 +623,7 @@ struct nd_layernorm_op {
      * 36-816 bytes in 16-bit lanes and blocks of 5-8 packs (bench/results/
      * norm_short_stats_h100.txt; torch.compile's kernels run 10.7-11.5 instructions an element
      * there: bench/results/triton_instr_h100.txt). Not kept; not measured on an H200. */
-    /* Warp-kernel lanes of at most ND_LN_PARAM_HOLD16 (2) packs of a 16-bit row load all their
+    /* Warp-kernel lanes of at most ND_LN_PARAM_HOLD16 (3) packs of a 16-bit row load all their
      * parameters with x (nd_param_hold); float32 rows of 64 columns (8 lanes of 2 packs) lost 1.2
      * points of the copy ceiling holding theirs (H100, bench/results/rows_split_h100.txt). 16-bit
      * lanes of 4 packs hold theirs too, at 5 blocks an SM (min_blocks; ND_LN_HOLD4): holding
