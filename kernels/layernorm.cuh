@@ -86,13 +86,12 @@
 #endif
 
 /* nd_layernorm_op::param_hold: 16-bit lanes of up to this many packs. 3, not 2: lanes of 3 packs
- * at their blocks an SM as before (7 for up to 8 lanes, 72 registers; 9 for the 16- and 32-lane
- * twins, 56, where they now spill 24-36 bytes, nvcc 13). H200, three alternating rounds in each of
- * two calls, float16 / bfloat16 % of the copy ceiling (bench/results/ln_hold3_h200.txt): 48
- * columns 91.4 / 91.4 -> 99.2 / 98.9, 96 82.0 / 80.9 -> 91.1 / 91.1 and 82.1 / 80.7 -> 90.9 /
- * 91.0, 768 96.0 / 96.7 -> 98.7 / 99.0 and 96.0 / 96.5 -> 98.3 / 98.8, 704 and 760 (the generic
- * 32-lane kernel, 56 bytes spilled) +0.3 to +2.2; 24, 192 and 384 within 0.5. Not measured on an
- * H100. */
+ * at their registers as before (72 for up to 8 lanes; the 16- and 32-lane twins' 64, where they
+ * now spill 24-36 bytes, nvcc 13). H200, three alternating rounds in each of two calls, float16 /
+ * bfloat16 % of the copy ceiling (bench/results/ln_hold3_h200.txt): 48 columns 91.4 / 91.4 -> 99.2
+ * / 98.9, 96 82.0 / 80.9 -> 91.1 / 91.1 and 82.1 / 80.7 -> 90.9 / 91.0, 768 96.0 / 96.7 -> 98.7 /
+ * 99.0 and 96.0 / 96.5 -> 98.3 / 98.8, 704 and 760 (the generic 32-lane kernel, 56 bytes spilled)
+ * +0.3 to +2.2; 24, 192 and 384 within 0.5. Not measured on an H100. */
 #ifndef ND_LN_PARAM_HOLD16
 #define ND_LN_PARAM_HOLD16 3
 #endif
