@@ -634,7 +634,7 @@ struct nd_layernorm_op {
      * (99.1 -> 92-93, held or not), and at 6 held 2 (bench/results/ln_hold4_h100.txt). On an
      * H200 the tile kernel (256-1024 columns there) without the hold, at 72 registers, lost 3-6
      * points (bench/results/ln_hold4_h200.txt). */
-    static __host__ __device__ constexpr bool param_hold(int elem_bytes, int packs)
+    static __host__ __device__ constexpr bool param_hold(int elem_bytes, int packs, int)
     {
         return elem_bytes == 2 && (packs <= ND_LN_PARAM_HOLD16 || (packs == 4 && ND_LN_HOLD4));
     }

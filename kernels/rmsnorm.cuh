@@ -208,13 +208,15 @@ struct nd_rmsnorm_policy : nd_norm_policy {
     }
 };
 
-/* 1: 16-bit warp-kernel lanes of 3 packs load their weights with x too (nd_param_hold; 54-72
- * registers, no spill, nvcc 13). H200, three alternating rounds, one call, float16 / bfloat16 %
- * of the copy ceiling (bench/results/rms_hold3_h200.txt): 96 columns (4 lanes) 87.3 / 86.2 ->
- * 92.6 / 91.6, 384 and 768 +0.7 to +1.6, 704 and 760 +0.3 to +0.8, but 48 (2 lanes) 99.8 / 99.1
- * -> 96.6 / 97.5. Off until a rule by lanes (param_hold sees element bytes and packs only). */
-#ifndef ND_RMS_PARAM_HOLD3
-#define ND_RMS_PARAM_HOLD3 0
+/* 16-bit warp-kernel lanes of 3 packs, in groups of at least this many lanes a row (0: none), load
+ * their weights with x too (nd_param_hold; 54-72 registers, no spill, nvcc 13). H200, three
+ * alternating rounds, one call, every group holding, float16 / bfloat16 % of the copy ceiling
+ * (bench/results/rms_hold3_h200.txt): 96 columns (4 lanes) 87.3 / 86.2 -> 92.6 / 91.6, 384 and
+ * 768 +0.7 to +1.6, 704 and 760 +0.3 to +0.8, but 48 (2 lanes) 99.8 / 99.1 -> 96.6 / 97.5 and 24
+ * (1 lane) within 0.2: so from 4 lanes up. The kernels this takes are, instruction for
+ * instruction, those that ran (cuobjdump -sass); lanes of 1-2 keep the library's. */
+#ifndef ND_RMS_PARAM_HOLD3_LANES
+#define ND_RMS_PARAM_HOLD3_LANES 4
 #endif
 
 struct nd_rmsnorm_op {
@@ -231,9 +233,11 @@ struct nd_rmsnorm_op {
      * -> 98.3 / 98.2, 1024 98.6 / 98.5 -> 98.8 / 99.2. Lanes of 2 packs lost that way (float16
      * 32 columns 106.6 -> 104.2, 128 95.9 -> 93.3) and keep the weights one pack ahead, as do
      * float32 rows (bench/results/rows_hold_h100.txt). */
-    static __host__ __device__ constexpr bool param_hold(int elem_bytes, int packs)
+    static __host__ __device__ constexpr bool param_hold(int elem_bytes, int packs, int lanes)
     {
-        return elem_bytes == 2 && (packs == 4 || (packs == 3 && ND_RMS_PARAM_HOLD3));
+        return elem_bytes == 2 &&
+               (packs == 4 || (packs == 3 && ND_RMS_PARAM_HOLD3_LANES > 0 &&
+                               lanes >= ND_RMS_PARAM_HOLD3_LANES));
     }
     /* float32 weights loaded with an L2 evict-last policy (ND_ROWS_PARAM_L2_LAST): 128x1048576
      * 90.0 -> 91.5% of the copy ceiling (H100), the other widths within 0.1. */

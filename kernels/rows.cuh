@@ -66,8 +66,9 @@
  *                            `threads` (the warp kernel's: nd_rows_warp_block); twin lanes:
  *                            the lanes a row of the warp kernel's exact and grid twins, 0 for
  *                            every other kernel
- *   param_hold(elem bytes, packs)  optional: whether a warp-kernel lane of that many packs loads
- *                            all its parameters with x rather than one pack ahead (nd_param_hold)
+ *   param_hold(elem bytes, packs, lanes)  optional: whether a warp-kernel lane of that many
+ *                            packs, in groups of that many lanes a row, loads all its parameters
+ *                            with x rather than one pack ahead (nd_param_hold)
  *   wide_regs(elem bytes, n) optional: whether a warp-kernel lane holding n elements of a 16-bit
  *                            row keeps them as floats, so set(e, f) is exact (nd_wide_regs)
  *   param_l2_last(elem bytes) optional: whether the parameters are loaded with an L2 evict-last
@@ -473,8 +474,8 @@ __host__ __device__ constexpr int nd_rows_warp_block()
 #define ND_ROWS_PARAM_PIPE 1
 #endif
 /* Which warp-kernel lanes load all their parameters with x rather than one pack ahead: -1
- * (default) those the op's param_hold(element bytes, packs) names (none where it has none), 0
- * none, n lanes of up to n packs in every op (A/B runs). */
+ * (default) those the op's param_hold(element bytes, packs, lanes) names (none where it has
+ * none), 0 none, n lanes of up to n packs in every op (A/B runs). */
 #ifndef ND_ROWS_PARAM_HOLD
 #define ND_ROWS_PARAM_HOLD -1
 #endif
@@ -669,17 +670,18 @@ constexpr int nd_rows_warp_min_blocks()
                                   ND_ROWS_WARP_MIN_THREADS_PER_SM / BLOCK, TWIN_LANES);
 }
 
-/* Packs of parameters a warp-kernel lane of PACKS packs keeps in flight (nd_param_pipe's HOLD):
- * all of them where the op's param_hold(element bytes, PACKS) (or ND_ROWS_PARAM_HOLD) says so,
- * else 1. */
+/* Packs of parameters a warp-kernel lane of PACKS packs, in groups of `lanes` lanes a row, keeps
+ * in flight (nd_param_pipe's HOLD): all of them where the op's param_hold(element bytes, PACKS,
+ * lanes) (or ND_ROWS_PARAM_HOLD) says so, else 1. */
 template <class Op, class = void> struct nd_op_has_param_hold : std::false_type {};
 template <class Op>
-struct nd_op_has_param_hold<Op, std::void_t<decltype(Op::param_hold(0, 0))>> : std::true_type {};
-template <class Op> __host__ __device__ constexpr int nd_param_hold(int elem_bytes, int packs)
+struct nd_op_has_param_hold<Op, std::void_t<decltype(Op::param_hold(0, 0, 0))>> : std::true_type {};
+template <class Op>
+__host__ __device__ constexpr int nd_param_hold(int elem_bytes, int packs, int lanes)
 {
     bool all = packs <= ND_ROWS_PARAM_HOLD;
     if constexpr (nd_op_has_param_hold<Op>::value)
-        all = ND_ROWS_PARAM_HOLD < 0 ? Op::param_hold(elem_bytes, packs) : all;
+        all = ND_ROWS_PARAM_HOLD < 0 ? Op::param_hold(elem_bytes, packs, lanes) : all;
     return all ? packs : 1;
 }
 
@@ -813,7 +815,7 @@ nd_rows_warp_kernel(nd_rows_args<T> a, typename Op::Params prm)
         /* ND_ROWS_PARAM_PIPE: the first pack's parameters, loaded with x */
         constexpr bool PIPE = ND_ROWS_PARAM_PIPE && Op::kParams > 0 && R == 1 &&
                               !(sizeof(T) == 4 && PACKS >= 7);
-        nd_param_pipe<Op, T, VEC, nd_param_hold<Op>((int)sizeof(T), PACKS), !WH> pp;
+        nd_param_pipe<Op, T, VEC, nd_param_hold<Op>((int)sizeof(T), PACKS, W), !WH> pp;
         bool pipe = false;
         if constexpr (PIPE) {
             pipe = row[0] < a.rows && pp.usable(a, ctx.full(0), ctx.h[0]);

@@ -137,7 +137,7 @@ nd_rows_tile_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_tile_geom tg)
     /* Parameters as the warp kernel takes them (ND_ROWS_PARAM_PIPE, nd_param_hold); a lane that
      * holds all of its packs' and has at most two loads them once, while the tiles travel. */
     constexpr bool PIPE = ND_ROWS_PARAM_PIPE && Op::kParams > 0 && !(sizeof(T) == 4 && PACKS >= 7);
-    constexpr int HOLD = nd_param_hold<Op>((int)sizeof(T), PACKS);
+    constexpr int HOLD = nd_param_hold<Op>((int)sizeof(T), PACKS, W);
     constexpr bool ONCE = HOLD == PACKS && PACKS <= 2;
     nd_param_pipe<Op, T, VEC, HOLD> pp;
     const bool pipe = PIPE && pp.usable(a, ctx.full(0), 0); /* full lanes only (no PARTIAL) */
