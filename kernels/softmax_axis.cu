@@ -1707,7 +1707,8 @@ static axis_plan plan_axis(const nd_softmax_args *a, size_t es, int sms)
 
 /* The ND_AXIS_*_PF distance: units (blocks, or clusters of `cluster`) that pf8 / 8 of a
  * device-full of kern's blocks of `threads` make, or 0 where a grid of `units` has no unit that
- * far ahead (the occupancy calculator is asked only when it might). */
+ * far ahead (the occupancy, remembered by nd_cuda_blocks_per_sm, is looked up only when it
+ * might). */
 template <class K>
 static cudaError_t prefetch_ahead(K kern, int threads, size_t smem, const nd_cuda_device_info *di,
                                   int cluster, int pf8, int64_t units, int64_t *ahead)
@@ -1717,9 +1718,11 @@ static cudaError_t prefetch_ahead(K kern, int threads, size_t smem, const nd_cud
         units <= (int64_t)di->sm_count / cluster * pf8 / 8) /* at least one block an SM */
         return cudaSuccess;
     int per_sm = 0;
-    cudaError_t ce = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, smem);
-    if (ce != cudaSuccess)
-        return ce;
+    nd_error err;
+    if (nd_cuda_blocks_per_sm(kern, di->device, threads, smem, &per_sm, &err) != ND_OK) {
+        const cudaError_t ce = cudaGetLastError();
+        return ce != cudaSuccess ? ce : cudaErrorInvalidValue;
+    }
     const int64_t a = (int64_t)per_sm * di->sm_count / cluster * pf8 / 8;
     *ahead = a > 0 && a < units ? a : 0;
     return cudaSuccess;
