@@ -397,7 +397,6 @@ Test(gpu_rows, split_many_rows)
             }
 }
 
-
 /* A row shape and the plan the dispatch should pick for 4 such rows (check_plans). */
 typedef struct plan_case {
     nd_op op;
