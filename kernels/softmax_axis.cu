@@ -813,6 +813,17 @@ softmax_axis_apply(const T *__restrict__ x, T *__restrict__ y, const float2 *__r
  *     before the remote reads issued by one thread's fence (ND_AXIS_SLAB_ONE_RELEASE): +1 to
  *     +5 on the cluster shapes. In all, over three alternating rounds in one call, 16-bit
  *     69-77 -> 81.5-86.4, float32 83-98 -> 94-99.
+ * On an H200 the 16-bit kernel issues an instruction in most cycles (ncu: issue slots 63% busy
+ * at (32,1000,56,56), 23.5 instructions an element), so instructions it need not issue are
+ * time. Its threads no longer divide: the host gives it multipliers and the quotients that are
+ * the same for every thread (slab_geom), the cluster's unit is %clusterid.x, and the compiler is
+ * told that a thread holds PACKS - 1 packs or PACKS, so only the last pack is guarded (the
+ * guards had filled predicate registers and spilled a pack to local memory). ncu, float16
+ * (32,1000,56,56): 77.1 -> 58.7 M warp instructions, 133 -> 115 us. H200, three alternating
+ * rounds (bench/results/axis_nodiv_h200.txt), % of the copy ceiling: (32,1000,56,56) 16-bit
+ * 71.3-72.8 -> 80.2-84.5, float32 84.3-85.1 -> 89.6-90.5; (512,896,4,12) 16-bit 70.9-71.9 ->
+ * 74.8-77.2, float32 79.2-79.3 -> 82.3-82.9; (128,128,16,16) 16-bit 70.4-72.1 -> 73.6-76.1,
+ * float32 88.7-89.2 -> 92.6-93.4.
  */
 struct slab_policy {
     static constexpr int max_threads = ND_AXIS_SLAB_THREADS;
@@ -820,7 +831,10 @@ struct slab_policy {
     /* packs a thread keeps: 128 bytes, as the row engine, except 16-bit 8 packs, which spilled
      * 32 bytes at the 64-register cap (nvcc 13, -Xptxas -v; 7 packs spill 8-16, 28-36 in
      * tiles, float32 8 packs 8). H100, (512,896,4,12) 16-bit: 7 packs 74-75% of the copy
-     * ceiling, 6 packs 71-73, 5 packs 64-67 (more blocks a slab, more cluster traffic). */
+     * ceiling, 6 packs 71-73, 5 packs 64-67 (more blocks a slab, more cluster traffic). Since
+     * the kernel makes no divisions (softmax_axis_slab), 7 packs spill nothing and 8 spill 20
+     * bytes; 8 (clusters of 4 for (32,1000,56,56), not 5) ran within a point of 7 at every
+     * shape (H200, bench/results/axis_nodiv_h200.txt). */
     static constexpr int max_packs(size_t es) { return es == 2 ? ND_AXIS_SLAB_PACKS16 : 8; }
     static constexpr int max_q = 64;        /* 16-byte packs of a tile row (512 16-bit elements) */
     static constexpr int tile_min = ND_AXIS_TILE_MIN; /* narrowest tile where a row is cut (4
@@ -855,7 +869,38 @@ struct slab_geom {
     int cluster;  /* blocks per tile */
     int64_t units; /* tiles of the tensor: outer * tiles (one cluster each) */
     int pf_units;  /* the PF kernel: units ahead whose x to ask L2 for (launch_slab_packs) */
+    /* Divisions done once on the host (slab_prep), so the kernel's threads do none:
+     * tile_div  unit / tiles as __umulhi(unit, tile_div.mul) >> tile_div.shift (units < 2^31);
+     * q_mul     t / q as (t * q_mul) >> 16 for a thread index t < 1024 (q <= 64);
+     * block_rows, rs  tile rows of a block's and of a cluster's threads: threads / q, G / q;
+     * pf_ub, pf_share  bytes of x a unit, and of those each block of its cluster asks L2 for
+     *           (PF kernel). */
+    struct { uint32_t mul, shift; } tile_div;
+    int q_mul;
+    int block_rows, rs;
+    int64_t pf_ub, pf_share;
 };
+
+/* d > 0 as a multiplier and shift: n / d == __umulhi(n, mul) >> shift for every n < 2^31
+ * (Granlund and Montgomery's round-up method: mul = ceil(2^(31 + l) / d) < 2^32, l = ceil(log2
+ * d), shift l - 1; d = 1, whose shift would be -1, is mul 0: the quotient is n). */
+static void slab_fastdiv(uint32_t d, uint32_t *mul, uint32_t *shift)
+{
+    if (d == 1) {
+        *mul = 0;
+        *shift = 0;
+        return;
+    }
+    uint32_t l = 0;
+    while ((1ull << l) < d)
+        l++;
+    *mul = (uint32_t)(((1ull << (31 + l)) + d - 1) / d);
+    *shift = l - 1;
+}
+__device__ __forceinline__ uint32_t slab_div(uint32_t n, uint32_t mul, uint32_t shift)
+{
+    return mul == 0 ? n : __umulhi(n, mul) >> shift;
+}
 
 /*
  * All-reduce, per column, over the threads of a slab that share the column: v[k][j] is this
@@ -867,10 +912,13 @@ struct slab_geom {
  * TUNED false keeps the form this had before the ND_AXIS_SLAB_* synchronization knobs (one
  * thread a column folds every partial; cluster.sync() before the remote reads, one rank at a
  * time), for the two-pass path's statistics kernel (ND_AXIS_SLAB_SPLIT_OLD_FOLD).
+ * The caller gives parts = blockDim.x / q (threads a pack-column in the block) and tq = this
+ * thread's threadIdx.x / q, divisions it has made already or the host made for it.
  */
 template <int VEC, bool TUNED = true, class Op>
 __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *red, float *col,
-                                               float *fin, const slab_geom &g, int cp, Op op)
+                                               float *fin, const slab_geom &g, int cp, int parts,
+                                               int tq, Op op)
 {
     constexpr int K = Op::K;
     const int t = threadIdx.x, nt = blockDim.x;
@@ -884,14 +932,14 @@ __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *re
     __syncthreads();
     /* thread u's partial of column c = cp(u) * VEC + j sits at red[u * VEC + j]; the threads of
      * pack-column cp are cp, cp + q, ..., so column c's partials are red[c + p * inner] */
-    const int parts = nt / g.q; /* >= 4: plan_slab */
+    /* parts >= 4: plan_slab */
     const int L = parts / VEC;  /* threads a column, when parts % VEC == 0: L * inner = nt */
     if (ND_AXIS_SLAB_COMBINE_PAR && TUNED && VEC == 8 && parts % VEC == 0 && L >= 2) {
         /* Every thread folds VEC of a column's partials, p = l, l + L, ... (a pairwise tree), into
          * scr (K planes of nt floats past red's), then one thread a column folds its L results in
          * order of l. A warp reads 32 consecutive columns of one p: no bank conflict. */
         float *scr = red + K * plane;
-        const int c = t % g.inner, l = t / g.inner;
+        const int l = tq / VEC, c = t - l * g.inner; /* t / inner, t % inner (inner = q VEC) */
         float a[VEC][K];
 #pragma unroll
         for (int i = 0; i < VEC; i++)
@@ -1078,37 +1126,45 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
     __shared__ __align__(16) float red[K * slab_policy::max_threads * (VEC + 1)];
     __shared__ __align__(16) float col[K * slab_policy::max_q * VEC];
     __shared__ __align__(16) float fin[K * slab_policy::max_q * VEC];
-    unsigned rank = 0;
-    if (g.cluster > 1)
+    unsigned rank = 0, unit32 = blockIdx.x;
+    if (g.cluster > 1) {
         rank = cg::this_cluster().block_rank();
-    const int64_t unit = blockIdx.x / g.cluster, o = TILED ? unit / g.tiles : unit;
-    const int gt = (int)(rank * blockDim.x + threadIdx.x), G = g.cluster * (int)blockDim.x;
-    const int cp = gt % g.q;
+        asm("mov.u32 %0, %%clusterid.x;" : "=r"(unit32)); /* blockIdx.x / cluster */
+    }
+    const int64_t unit = unit32;
+    const int64_t o = TILED ? slab_div(unit32, g.tile_div.mul, g.tile_div.shift) : unit;
+    const int t = threadIdx.x, G = g.cluster * (int)blockDim.x;
+    const int gt = (int)rank * (int)blockDim.x + t;
+    /* blockDim.x is a multiple of q: thread t's pack-column is t % q, its tile row gt / q */
+    const int tq = (t * g.q_mul) >> 16, cp = t - tq * g.q;
     const uint4 *xs = reinterpret_cast<const uint4 *>(x + o * g.slab);
     uint4 *ys = reinterpret_cast<uint4 *>(y + o * g.slab);
     /* pack i of this thread, in packs from xs: the slab's pack gt + i * G; in a tile, pack cp of
      * the tile's row r0 + i * RS (ints: rows * row < 2^31). The untiled form is kept apart: the
-     * tiled arithmetic in every slab cost (512,896,4,12) 16-bit 1.5-2 points (H100). */
-    int first = gt, stride = G, n = min(PACKS, (g.packs - gt + G - 1) / G);
+     * tiled arithmetic in every slab cost (512,896,4,12) 16-bit 1.5-2 points (H100). Every
+     * thread has PACKS - 1 packs or PACKS (the plan takes PACKS = ceil(packs / G)): n says which,
+     * and the compiler, told so, guards only the last pack's code. */
+    int first = gt, stride = G;
+    bool full = gt + (PACKS - 1) * G < g.packs;
     if constexpr (TILED) {
-        const int tile = (int)(unit - o * g.tiles), r0 = gt / g.q, RS = G / g.q;
+        const int tile = (int)(unit - o * g.tiles), RS = g.rs;
+        const int r0 = (int)rank * g.block_rows + tq;
         first = r0 * g.row + tile * g.q + cp;
         stride = RS * g.row;
-        n = min(PACKS, (g.rows - r0 + RS - 1) / RS);
+        full = r0 + (PACKS - 1) * RS < g.rows;
     }
-    /* this thread has PACKS - 1 packs or more */
+    const int n = PACKS - 1 + (int)full;
+    __builtin_assume(n >= PACKS - 1);
 
     if constexpr (PF) {
         /* this block's share of unit unit + pf_units, units as equal pieces of x (ND_AXIS_SLAB_PF);
          * asked for before this block's loads (after them, their registers held the address) */
         const int64_t ahead = unit + g.pf_units;
         if (threadIdx.x == 0 && ahead < g.units) {
-            const int64_t ub = g.slab * (int64_t)sizeof(T) / g.tiles;
-            const int64_t share = (ub + 16 * g.cluster - 1) / (16 * g.cluster) * 16;
-            const int64_t b0 = rank * share;
-            if (b0 < ub)
-                nd_prefetch_l2(reinterpret_cast<const char *>(x) + ahead * ub + b0,
-                               (unsigned)min(share, ub - b0));
+            const int64_t b0 = rank * g.pf_share;
+            if (b0 < g.pf_ub)
+                nd_prefetch_l2(reinterpret_cast<const char *>(x) + ahead * g.pf_ub + b0,
+                               (unsigned)min(g.pf_share, g.pf_ub - b0));
         }
     }
     nd_regrow<T, PACKS * VEC> v;
@@ -1130,7 +1186,7 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
                 s[j] += nd_exp_le0(v.get(i * VEC + j) - r);
     }
     slab_fence(v);
-    slab_allreduce<VEC>(ms, red, col, fin, g, cp, op_online());
+    slab_allreduce<VEC>(ms, red, col, fin, g, cp, g.block_rows, tq, op_online());
 #pragma unroll
     for (int j = 0; j < VEC; j++)
         s[j] = LOG ? logf(s[j]) : nd_exp_div_factor(s[j]);
@@ -1242,8 +1298,8 @@ softmax_axis_slab_stats(const T *__restrict__ x, float *__restrict__ part, slab_
             ms[1][j] = a[1];
         }
     }
-    slab_allreduce<VEC, !ND_AXIS_SLAB_SPLIT_OLD_FOLD>(ms, red, col, col, g, t % g.q,
-                                                       op_online_split()); /* g.cluster is 1 here */
+    slab_allreduce<VEC, !ND_AXIS_SLAB_SPLIT_OLD_FOLD>(ms, red, col, col, g, t % g.q, nt / g.q,
+                                                       t / g.q, op_online_split()); /* g.cluster is 1 here */
     /* col holds the block's pair for every column (slab_allreduce's last barrier passed) */
     for (int c = t; c < g.inner; c += nt)
 #pragma unroll
@@ -2046,6 +2102,12 @@ static cudaError_t launch_slab_packs(const slab_geom &sg, int threads, int64_t o
                                     : softmax_axis_slab<T, PACKS, false, false>);
     slab_geom g = sg;
     g.pf_units = 0;
+    slab_fastdiv((uint32_t)g.tiles, &g.tile_div.mul, &g.tile_div.shift);
+    g.q_mul = (1 << 16) / g.q + 1;
+    g.block_rows = threads / g.q;
+    g.rs = g.cluster * threads / g.q;
+    g.pf_ub = g.slab * (int64_t)sizeof(T) / g.tiles;
+    g.pf_share = (g.pf_ub + 16 * g.cluster - 1) / (16 * g.cluster) * 16;
     /* ND_AXIS_SLAB_PF: 16-bit tiles */
     if constexpr (sizeof(T) == 2 && ND_AXIS_SLAB_PF > 0) {
         if (g.tiles > 1) {
