@@ -223,6 +223,19 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_SLAB_RANK_LOADS
 #define ND_AXIS_SLAB_RANK_LOADS 1
 #endif
+/* slab_allreduce, 16-bit slabs: each thread folds its VEC pairs of a column at once (1: the
+ * largest max, then every sum scaled to it, one exp a pair and all of them independent;
+ * online_fold), or as a tree of pairwise merges (0: two exps a merge, three merges deep). H200,
+ * float16, three alternating rounds (bench/results/axis_fold_h200.txt), % of the copy ceiling:
+ * (128,128,16,16) 74.7 / 76.0 -> 76.7 / 77.2 (log_softmax / softmax), (32,1000,56,56) +0.2 /
+ * +0.9, (512,896,4,12) +0.4 / +0.5. The same fold for the cluster's ranks (every rank's pair,
+ * then one scaling a rank) lost 4-5 points at (32,1000,56,56) (clusters of 5; not understood)
+ * and gained 0.8-1 at (512,896,4,12) (clusters of 4); for the L partials of a column that one
+ * thread folds after the barrier (two passes over shared memory, maxes then sums), up to -3
+ * at (32,1000,56,56) with the thread fold. Both stay pairwise merges. */
+#ifndef ND_AXIS_SLAB_FOLD_NARY
+#define ND_AXIS_SLAB_FOLD_NARY 1
+#endif
 /* The two-pass slab path (softmax_axis_slab_stats / merge) keeps slab_allreduce's old form and
  * the branching merge (1: its code as before these knobs), or takes the one-pass kernel's (0).
  * H100, three alternating rounds: with the one-pass kernel's changes (8,32768,64) 16-bit fell
@@ -434,6 +447,25 @@ template <bool SELECT = ND_MERGE_SELECT != 0, bool NAN_WINS = false> struct op_o
     }
 };
 typedef op_online_t<> op_online;
+
+/* Pairs p[0 .. N) of op_online folded into p[0] at once: (M, sum of s_i exp(m_i - M) in order of
+ * i), M the largest m_i, or the sums taken against 0 where every m_i is -inf (they are all 0,
+ * as op_online's merge keeps them). A NaN sum carries on, as in op_online. One exp a pair, the
+ * N of them independent, where N - 1 pairwise merges take two each, a tree log2 N deep. */
+template <int N> __device__ __forceinline__ void online_fold(float (&p)[N][2])
+{
+    float M = p[0][0];
+#pragma unroll
+    for (int i = 1; i < N; i++)
+        M = fmaxf(M, p[i][0]);
+    const float r = nd_exp_ref(M);
+    float S = p[0][1] * nd_exp_le0(p[0][0] - r);
+#pragma unroll
+    for (int i = 1; i < N; i++)
+        S = fmaf(p[i][1], nd_exp_le0(p[i][0] - r), S);
+    p[0][0] = M;
+    p[0][1] = S;
+}
 /* The two-pass slab path's merges (softmax_axis_slab_stats / merge) */
 typedef op_online_t<!ND_AXIS_SLAB_SPLIT_OLD_FOLD && ND_MERGE_SELECT, true> op_online_split;
 
@@ -935,7 +967,7 @@ __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *re
     /* parts >= 4: plan_slab */
     const int L = parts / VEC;  /* threads a column, when parts % VEC == 0: L * inner = nt */
     if (ND_AXIS_SLAB_COMBINE_PAR && TUNED && VEC == 8 && parts % VEC == 0 && L >= 2) {
-        /* Every thread folds VEC of a column's partials, p = l, l + L, ... (a pairwise tree), into
+        /* Every thread folds VEC of a column's partials, p = l, l + L, ... (at once), into
          * scr (K planes of nt floats past red's), then one thread a column folds its L results in
          * order of l. A warp reads 32 consecutive columns of one p: no bank conflict. */
         float *scr = red + K * plane;
@@ -946,11 +978,15 @@ __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *re
 #pragma unroll
             for (int k = 0; k < K; k++)
                 a[i][k] = red[k * plane + c + (l + i * L) * g.inner];
+        if constexpr (ND_AXIS_SLAB_FOLD_NARY && std::is_same<Op, op_online>::value) {
+            online_fold<VEC>(a);
+        } else {
 #pragma unroll
-        for (int w = 1; w < VEC; w *= 2)
+            for (int w = 1; w < VEC; w *= 2)
 #pragma unroll
-            for (int i = 0; i + w < VEC; i += 2 * w)
-                op(a[i], a[i + w]);
+                for (int i = 0; i + w < VEC; i += 2 * w)
+                    op(a[i], a[i + w]);
+        }
 #pragma unroll
         for (int k = 0; k < K; k++)
             scr[k * nt + t] = a[0][k];
