@@ -555,8 +555,12 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int TX = blockDim.x, TY = blockDim.y;
 
+    /* The divisions below are taken only where they are needed (a uniform branch each): a
+     * column tile's outer index where a block row is not a whole inner extent, a thread's rows
+     * where it has fewer than R. Every thread of the 16-bit (65536,8,128) kernel made both,
+     * 64-bit, for 32 elements. */
     const int64_t grp = (int64_t)blockIdx.x * blockDim.z + threadIdx.z;
-    int64_t o = grp / g.chunks;
+    int64_t o = g.chunks == 1 ? grp : grp / g.chunks;
     const int64_t pk = (grp - o * g.chunks) * TX + tx;
     const bool live = grp < g.groups && pk < g.packs;
     if (!live)
@@ -570,7 +574,7 @@ softmax_axis_kernel(const T *__restrict__ x, T *__restrict__ y, axis_geom g)
 
     int nrows = 0;
     if (live && d0 < d1)
-        nrows = (int)min((int64_t)R, (d1 - d0 + TY - 1) / TY);
+        nrows = d1 - d0 >= (int64_t)R * TY ? R : (int)((d1 - d0 + TY - 1) / TY);
     if constexpr (PF) {
         /* whole slabs a block (launch_cached): block b's x is one piece, blockDim.z slabs long;
          * asked for before this block's loads (after them, their registers held the address) */
