@@ -905,7 +905,7 @@ struct slab_geom {
     int cluster;  /* blocks per tile */
     int64_t units; /* tiles of the tensor: outer * tiles (one cluster each) */
     int pf_units;  /* the PF kernel: units ahead whose x to ask L2 for (launch_slab_packs) */
-    /* Divisions done once on the host (slab_prep), so the kernel's threads do none:
+    /* Divisions done once on the host (launch_slab_packs), so the kernel's threads do none:
      * tile_div  unit / tiles as __umulhi(unit, tile_div.mul) >> tile_div.shift (units < 2^31);
      * q_mul     t / q as (t * q_mul) >> 16 for a thread index t < 1024 (q <= 64);
      * block_rows, rs  tile rows of a block's and of a cluster's threads: threads / q, G / q;
