@@ -293,6 +293,51 @@ __device__ __forceinline__ float nd_fmax_nan(float a, float b)
     return r;
 }
 
+/*
+ * n / d for 0 <= n < 2^N and a fixed 1 <= d < 2^N, N the bits of U (32 or 64), without a divide
+ * instruction (Granlund and Montgomery, "Division by invariant integers using multiplication",
+ * fig. 4.1):
+ *   l = ceil(log2 d), m = floor(2^N * (2^l - d) / d) + 1,
+ *   t = mulhi(m, n), q = (t + ((n - t) >> min(l, 1))) >> max(l - 1, 0).
+ * The 32-bit form is one multiply-high, which is what most tensors need; a 64-bit one is several
+ * instructions. Made on the host (nd_fast_div_make), passed in a kernel's arguments (prelu.cu's
+ * plane and channel of a pack, softmax_axis.cu's tile of a slab).
+ */
+template <class U> struct nd_fast_div {
+    U d, m;
+    int sh1, sh2;
+};
+
+template <class U> static nd_fast_div<U> nd_fast_div_make(U d)
+{
+    constexpr int N = 8 * (int)sizeof(U);
+    nd_fast_div<U> f;
+    int l = 0;
+    while (l < N && ((unsigned __int128)1 << l) < d)
+        l++;
+    f.d = d;
+    f.m = (U)((((unsigned __int128)1 << N) * (((unsigned __int128)1 << l) - d)) / d + 1);
+    f.sh1 = l < 1 ? l : 1;
+    f.sh2 = l - 1 > 0 ? l - 1 : 0;
+    return f;
+}
+
+__device__ __forceinline__ uint64_t nd_fast_div_mulhi(uint64_t a, uint64_t b)
+{
+    return __umul64hi(a, b);
+}
+
+__device__ __forceinline__ uint32_t nd_fast_div_mulhi(uint32_t a, uint32_t b)
+{
+    return __umulhi(a, b);
+}
+
+template <class U> __device__ __forceinline__ U nd_fast_div_q(const nd_fast_div<U> &f, U n)
+{
+    const U t = nd_fast_div_mulhi(f.m, n);
+    return (t + ((n - t) >> f.sh1)) >> f.sh2;
+}
+
 /* The register copy of a thread's share of a row: N elements of T in 32-bit words, 16 bytes per
  * pack, so a 16-bit row takes half the registers of a float32 one (an array of 16-bit elements
  * would get one register each). get/set widen and round one element; e is a compile-time index

@@ -132,58 +132,14 @@ __device__ __forceinline__ void store_word(pack_word<T, P> *p, pack_word<T, P> w
         *p = w;
 }
 
-/*
- * n / d for 0 <= n < 2^N and a fixed 1 <= d < 2^N, N the bits of U (32 or 64), without a divide
- * instruction (Granlund and Montgomery, "Division by invariant integers using multiplication",
- * fig. 4.1):
- *   l = ceil(log2 d), m = floor(2^N * (2^l - d) / d) + 1,
- *   t = mulhi(m, n), q = (t + ((n - t) >> min(l, 1))) >> max(l - 1, 0).
- * The 32-bit form is one multiply-high, which is what most tensors need; a 64-bit one is several
- * instructions.
- */
-template <class U> struct fast_div {
-    U d, m;
-    int sh1, sh2;
-};
-
-template <class U> static fast_div<U> fast_div_make(U d)
-{
-    constexpr int N = 8 * (int)sizeof(U);
-    fast_div<U> f;
-    int l = 0;
-    while (l < N && ((unsigned __int128)1 << l) < d)
-        l++;
-    f.d = d;
-    f.m = (U)((((unsigned __int128)1 << N) * (((unsigned __int128)1 << l) - d)) / d + 1);
-    f.sh1 = l < 1 ? l : 1;
-    f.sh2 = l - 1 > 0 ? l - 1 : 0;
-    return f;
-}
-
-__device__ __forceinline__ uint64_t fast_div_mulhi(uint64_t a, uint64_t b)
-{
-    return __umul64hi(a, b);
-}
-
-__device__ __forceinline__ uint32_t fast_div_mulhi(uint32_t a, uint32_t b)
-{
-    return __umulhi(a, b);
-}
-
-template <class U> __device__ __forceinline__ U fast_div_q(const fast_div<U> &f, U n)
-{
-    const U t = fast_div_mulhi(f.m, n);
-    return (t + ((n - t) >> f.sh1)) >> f.sh2;
-}
-
 struct prelu_geom {
     int64_t n;       /* elements */
     int64_t head;    /* elements before the first aligned pack */
     int64_t packs;   /* whole packs after the head */
     int64_t tail;    /* elements after the last pack */
     int64_t inner, channels;
-    fast_div<uint64_t> div_inner, div_channels;
-    fast_div<uint32_t> div32_inner, div32_channels; /* when n < 2^32 */
+    nd_fast_div<uint64_t> div_inner, div_channels;
+    nd_fast_div<uint32_t> div32_inner, div32_channels; /* when n < 2^32 */
 };
 
 /* ------------------------------------------------------------------------------------------- */
@@ -263,14 +219,14 @@ template <bool W32>
 __device__ __forceinline__ void locate(const prelu_geom &g, int64_t e, int64_t &c, int64_t &i)
 {
     if (W32) {
-        const uint32_t plane = fast_div_q(g.div32_inner, (uint32_t)e);
+        const uint32_t plane = nd_fast_div_q(g.div32_inner, (uint32_t)e);
         i = (int64_t)((uint32_t)e - plane * (uint32_t)g.inner);
-        const uint32_t q = fast_div_q(g.div32_channels, plane);
+        const uint32_t q = nd_fast_div_q(g.div32_channels, plane);
         c = (int64_t)(plane - q * (uint32_t)g.channels);
     } else {
-        uint64_t plane = fast_div_q(g.div_inner, (uint64_t)e);
+        uint64_t plane = nd_fast_div_q(g.div_inner, (uint64_t)e);
         i = e - (int64_t)plane * g.inner;
-        uint64_t q = fast_div_q(g.div_channels, plane);
+        uint64_t q = nd_fast_div_q(g.div_channels, plane);
         c = (int64_t)(plane - q * (uint64_t)g.channels);
     }
 }
@@ -448,11 +404,11 @@ nd_status nd_cuda_prelu(const nd_prelu_args *a, void *stream, nd_error *err)
     g.n = a->outer * a->channels * a->inner;
     g.inner = a->inner;
     g.channels = a->channels;
-    g.div_inner = fast_div_make((uint64_t)a->inner);
-    g.div_channels = fast_div_make((uint64_t)a->channels);
+    g.div_inner = nd_fast_div_make((uint64_t)a->inner);
+    g.div_channels = nd_fast_div_make((uint64_t)a->channels);
     if (g.n < ((int64_t)1 << 32)) {
-        g.div32_inner = fast_div_make((uint32_t)a->inner);
-        g.div32_channels = fast_div_make((uint32_t)a->channels);
+        g.div32_inner = nd_fast_div_make((uint32_t)a->inner);
+        g.div32_channels = nd_fast_div_make((uint32_t)a->channels);
     }
     cudaStream_t s = (cudaStream_t)stream;
     cudaError_t ce;

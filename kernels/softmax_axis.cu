@@ -906,37 +906,16 @@ struct slab_geom {
     int64_t units; /* tiles of the tensor: outer * tiles (one cluster each) */
     int pf_units;  /* the PF kernel: units ahead whose x to ask L2 for (launch_slab_packs) */
     /* Divisions done once on the host (launch_slab_packs), so the kernel's threads do none:
-     * tile_div  unit / tiles as __umulhi(unit, tile_div.mul) >> tile_div.shift (units < 2^31);
+     * tile_div  unit / tiles without a divide (nd_fast_div);
      * q_mul     t / q as (t * q_mul) >> 16 for a thread index t < 1024 (q <= 64);
      * block_rows, rs  tile rows of a block's and of a cluster's threads: threads / q, G / q;
      * pf_ub, pf_share  bytes of x a unit, and of those each block of its cluster asks L2 for
      *           (PF kernel). */
-    struct { uint32_t mul, shift; } tile_div;
+    nd_fast_div<uint32_t> tile_div;
     int q_mul;
     int block_rows, rs;
     int64_t pf_ub, pf_share;
 };
-
-/* d > 0 as a multiplier and shift: n / d == __umulhi(n, mul) >> shift for every n < 2^31
- * (Granlund and Montgomery's round-up method: mul = ceil(2^(31 + l) / d) < 2^32, l = ceil(log2
- * d), shift l - 1; d = 1, whose shift would be -1, is mul 0: the quotient is n). */
-static void slab_fastdiv(uint32_t d, uint32_t *mul, uint32_t *shift)
-{
-    if (d == 1) {
-        *mul = 0;
-        *shift = 0;
-        return;
-    }
-    uint32_t l = 0;
-    while ((1ull << l) < d)
-        l++;
-    *mul = (uint32_t)(((1ull << (31 + l)) + d - 1) / d);
-    *shift = l - 1;
-}
-__device__ __forceinline__ uint32_t slab_div(uint32_t n, uint32_t mul, uint32_t shift)
-{
-    return mul == 0 ? n : __umulhi(n, mul) >> shift;
-}
 
 /*
  * All-reduce, per column, over the threads of a slab that share the column: v[k][j] is this
@@ -1172,7 +1151,7 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
         asm("mov.u32 %0, %%clusterid.x;" : "=r"(unit32)); /* blockIdx.x / cluster */
     }
     const int64_t unit = unit32;
-    const int64_t o = TILED ? slab_div(unit32, g.tile_div.mul, g.tile_div.shift) : unit;
+    const int64_t o = TILED ? nd_fast_div_q(g.tile_div, unit32) : unit;
     const int t = threadIdx.x, G = g.cluster * (int)blockDim.x;
     const int gt = (int)rank * (int)blockDim.x + t;
     /* blockDim.x is a multiple of q: thread t's pack-column is t % q, its tile row gt / q */
@@ -2142,7 +2121,7 @@ static cudaError_t launch_slab_packs(const slab_geom &sg, int threads, int64_t o
                                     : softmax_axis_slab<T, PACKS, false, false>);
     slab_geom g = sg;
     g.pf_units = 0;
-    slab_fastdiv((uint32_t)g.tiles, &g.tile_div.mul, &g.tile_div.shift);
+    g.tile_div = nd_fast_div_make((uint32_t)g.tiles);
     g.q_mul = (1 << 16) / g.q + 1;
     g.block_rows = threads / g.q;
     g.rs = g.cluster * threads / g.q;
