@@ -138,6 +138,25 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_SLAB_PACKS16 /* packs a thread keeps at most, 16-bit (float32: 8) */
 #define ND_AXIS_SLAB_PACKS16 7
 #endif
+/* 16-bit one-pass slab kernels of up to this many packs a thread widen their packs once and keep
+ * the floats (softmax its exps, log_softmax x) instead of widening again, and taking the exps
+ * again, for the output (slab_kept_packs); 0: none. At 4 packs (32 floats where the words were
+ * 16 registers) nothing spills (nvcc 13, 64 registers). H200, three alternating rounds in each of
+ * two calls (bench/results/axis_keep_h200.txt), (128,128,16,16) ax0, the one bench shape at 4
+ * packs, % of the copy ceiling, float16 / bfloat16: softmax 76.6-77.7 / 77.0-78.2 -> 80.3-81.3 /
+ * 80.4-81.7, log_softmax 76.4-77.5 / 74.7-75.4 -> 78.2-79.4 / 76.0-77.0; every other shape
+ * within the runs' spread. Static SASS of the float16 tiled softmax kernel: 24 MUFU (32 ex2
+ * fewer, 8 more for the columns' factors), 32 HADD2 (widenings), 24 FFMA and 24 FADD fewer, 32
+ * FMUL more. */
+#ifndef ND_AXIS_SLAB_KEEP16
+#define ND_AXIS_SLAB_KEEP16 4
+#endif
+/* and those of more packs keep this many of them so (the rest widened again; 0 as measured).
+ * Keeping 1 of 7 spilled 20 bytes and lost: (32,1000,56,56) and (512,896,4,12) 16-bit -1.6 to
+ * -3.3 points (axis_keep_h200.txt); 2 of 7 spilled 32-40 bytes (not run). */
+#ifndef ND_AXIS_SLAB_KEEP_SOME16
+#define ND_AXIS_SLAB_KEEP_SOME16 0
+#endif
 #ifndef ND_AXIS_TILE_MAX16 /* widest tile, in packs, where a 16-bit inner row is cut (0: none) */
 #define ND_AXIS_TILE_MAX16 8
 #endif
@@ -892,6 +911,18 @@ struct slab_policy {
     static constexpr int fill_blocks_per_sm = 2; /* fewer blocks than this per SM: column plan */
 };
 
+/* How many of its PACKS packs a thread of the one-pass slab kernel of T keeps as floats
+ * (ND_AXIS_SLAB_KEEP16, ND_AXIS_SLAB_KEEP_SOME16): twice the registers of the words; float32
+ * packs are floats already. */
+template <class T> __host__ __device__ constexpr int slab_kept_packs(int packs)
+{
+    if (sizeof(T) != 2)
+        return 0;
+    if (packs <= ND_AXIS_SLAB_KEEP16)
+        return packs;
+    return ND_AXIS_SLAB_KEEP_SOME16 < packs - 1 ? ND_AXIS_SLAB_KEEP_SOME16 : packs - 1;
+}
+
 /* A slab, or a tile of one: the one-pass kernel may cut an inner row of more than max_q packs
  * into tiles of q packs, each tile's dim rows of q packs then taken like a slab of its own. */
 struct slab_geom {
@@ -920,9 +951,11 @@ struct slab_geom {
 /*
  * All-reduce, per column, over the threads of a slab that share the column: v[k][j] is this
  * thread's partial k (of Op::K) for column cp * VEC + j. `red` holds Op::K * blockDim.x *
- * (VEC + 1) floats, `col` and `fin` Op::K * inner each. Each column is combined in one fixed order
- * (the block's threads in a fixed tree, then the cluster's blocks in rank order), so every thread
- * of the column, every block and every run gets the same bits. Called once per kernel: a second
+ * (VEC + 1) floats, `col` and `fin` Op::K * inner each; on return red[t * VEC + j] still holds
+ * thread t's own v[0][j] (softmax_axis_slab's kept exps read their max back from it). Each column
+ * is combined in one fixed order (the block's threads in a fixed tree, then the cluster's blocks
+ * in rank order), so every thread of the column, every block and every run gets the same bits.
+ * Called once per kernel: a second
  * call would need a second `col`, which other blocks of the cluster may still be reading.
  * TUNED false keeps the form this had before the ND_AXIS_SLAB_* synchronization knobs (one
  * thread a column folds every partial; cluster.sync() before the remote reads, one rank at a
@@ -1084,13 +1117,13 @@ __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *re
         }
 }
 
-/* Between passes over the packs: the words look rewritten, so the compiler widens them again
- * in the next pass instead of keeping every widened element live across an all-reduce (as
- * axis_pack::fence). */
-template <class R> __device__ __forceinline__ void slab_fence(R &v)
+/* Between passes over the packs: the words (of packs FROM on) look rewritten, so the compiler
+ * widens them again in the next pass instead of keeping every widened element live across an
+ * all-reduce (as axis_pack::fence). */
+template <int FROM = 0, class R> __device__ __forceinline__ void slab_fence(R &v)
 {
 #pragma unroll
-    for (int i = 0; i < R::kWords; i++)
+    for (int i = FROM * 16 / 4; i < R::kWords; i++)
         asm volatile("" : "+r"(v.w[i]));
 }
 
@@ -1112,17 +1145,23 @@ __device__ __forceinline__ void slab_load(R &v, const uint4 *xs, int p, int stri
 
 /* The outputs of a thread's packs i < n, as slab_load put them in v, to ys[p + i * stride]:
  * per column j of a pack, exp(x - m[j]) / sum (softmax, f = nd_exp_div_factor(sum): one
- * ex2.approx of an fma, nd_exp_div) or x - m[j] - f[j] (log_softmax, f = log(sum)). */
-template <bool LOG, int N, class T, class R, int VEC>
+ * ex2.approx of an fma, nd_exp_div) or x - m[j] - f[j] (log_softmax, f = log(sum)). KEPT
+ * softmax: v holds each element's exp against the thread's own max and f[j] the factor that
+ * turns it into the output, one multiplication (softmax_axis_slab, slab_kept_packs). */
+template <bool LOG, int FIRST, int N, class T, int VEC, bool KEPT = false, class R>
 __device__ __forceinline__ void slab_store(uint4 *ys, int p, int stride, int n, const R &v,
                                            const float (&m)[VEC], const float (&f)[VEC])
 {
 #pragma unroll
-    for (int i = 0; i < N; i++)
+    for (int i = FIRST; i < N; i++)
         if (i < n) {
             float out[VEC];
 #pragma unroll
             for (int j = 0; j < VEC; j++) {
+                if (KEPT && !LOG) { /* v holds the exps, f the column's factor */
+                    out[j] = v.get(i * VEC + j) * f[j];
+                    continue;
+                }
                 const float d = v.get(i * VEC + j) - m[j];
                 out[j] = LOG ? d - f[j] : nd_exp_div(d, f[j]);
             }
@@ -1133,8 +1172,11 @@ __device__ __forceinline__ void slab_store(uint4 *ys, int p, int stride, int n, 
 /*
  * One slab per block (g.cluster == 1) or per cluster of g.cluster blocks; PACKS packs of 16 bytes
  * per thread, kept in registers (16-bit packs as words, widened on use). Every thread holds at
- * least PACKS - 1 packs (the plan takes PACKS = ceil(packs / G)), so none is empty. The exps are
- * taken again for the output rather than kept: 8 per pack would not fit the registers.
+ * least PACKS - 1 packs (the plan takes PACKS = ceil(packs / G)), so none is empty. A 16-bit
+ * thread of up to ND_AXIS_SLAB_KEEP16 packs widens them once and keeps the floats, softmax its
+ * exps (an output is then one multiplication, where widening, subtracting the max and an ex2 of
+ * an fma were four) and log_softmax x (one widening fewer); the other kernels take the exps again
+ * for the output: 8 floats a pack would not fit the registers.
  */
 template <typename T, int PACKS, bool LOG, bool TILED, bool PF = false>
 __global__ void __launch_bounds__(slab_policy::max_threads, 1024 / slab_policy::max_threads)
@@ -1195,21 +1237,56 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
     float ms[2][VEC];
     float (&m)[VEC] = ms[0], (&s)[VEC] = ms[1];
     v.template max_cols<VEC>(n, m); /* n >= 1 */
+    /* The first KP packs widened once and kept as floats (softmax each exp against this
+     * thread's max, log_softmax each x), the rest kept as loaded and widened again, their exps
+     * taken again, for the output (slab_kept_packs). */
+    constexpr int KP = slab_kept_packs<T>(PACKS);
+    nd_regrow_wide<T, (KP > 0 ? KP : 1) * VEC> e;
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
         const float r = nd_exp_ref(m[j]);
         s[j] = 0.0f;
 #pragma unroll
         for (int i = 0; i < PACKS; i++)
-            if (i < n)
-                s[j] += nd_exp_le0(v.get(i * VEC + j) - r);
+            if (i < n) {
+                const float xv = v.get(i * VEC + j), ex = nd_exp_le0(xv - r);
+                s[j] += ex;
+                if (i < KP)
+                    e.set(i * VEC + j, LOG ? xv : ex);
+            }
     }
-    slab_fence(v);
+    slab_fence<KP>(v);
     slab_allreduce<VEC>(ms, red, col, fin, g, cp, g.block_rows, tq, op_online());
+    /* f: log(sum) (log_softmax), -log2(sum) (softmax, nd_exp_div); softmax's kept exps take
+     * k = exp(mt - m) / sum, mt this thread's own max of the column, read back from red
+     * (slab_allreduce leaves each thread's own pairs there: 8 registers fewer live across the
+     * all-reduce, where they spilled 48 bytes at 4 packs). mt - m <= 0, except where this
+     * thread's packs of the column are all -inf (their exps 0; mt is taken as 0, and exp(0 -
+     * m) could overflow: k is then 1 / sum, so the outputs are 0, or NaN where the whole column
+     * is -inf, as the exps taken again give) or where m is NaN or inf (k NaN, as those). */
+    float k[VEC];
 #pragma unroll
     for (int j = 0; j < VEC; j++)
         s[j] = LOG ? logf(s[j]) : nd_exp_div_factor(s[j]);
-    slab_store<LOG, PACKS, T>(ys, first, stride, n, v, m, s);
+    if constexpr (KP > 0 && !LOG) {
+#pragma unroll
+        for (int i = 0; i < VEC / 4; i++) {
+            const float4 w = reinterpret_cast<const float4 *>(red + t * VEC)[i];
+            k[4 * i] = w.x;
+            k[4 * i + 1] = w.y;
+            k[4 * i + 2] = w.z;
+            k[4 * i + 3] = w.w;
+        }
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            k[j] = nd_exp_div(fminf(nd_exp_ref(k[j]) - m[j], 0.0f), s[j]);
+    }
+    if constexpr (KP > 0 && LOG)
+        slab_store<LOG, 0, KP, T, VEC, true>(ys, first, stride, n, e, m, s);
+    if constexpr (KP > 0 && !LOG)
+        slab_store<LOG, 0, KP, T, VEC, true>(ys, first, stride, n, e, m, k);
+    if constexpr (KP < PACKS)
+        slab_store<LOG, KP, PACKS, T, VEC>(ys, first, stride, n, v, m, s);
     if (g.cluster > 1) { /* no block leaves while another still reads its col */
         if (ND_AXIS_SLAB_LEAVE_SPLIT)
             nd_cluster_wait(); /* arrived in slab_allreduce */
@@ -1380,7 +1457,7 @@ softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float 
         const int n = min(U, (sg.end - p + nt - 1) / nt); /* packs p + u * nt, u < n */
         nd_regrow<T, U * VEC> v;
         slab_load<U>(v, xs, p, nt, n);
-        slab_store<LOG, U, T>(ys, p, nt, n, v, m, f);
+        slab_store<LOG, 0, U, T>(ys, p, nt, n, v, m, f);
     }
 }
 
@@ -1491,7 +1568,7 @@ __device__ __forceinline__ void res_store_pack(uint4 *ys, int p, const uint4 &w,
 {
     nd_regrow<T, VEC> v;
     v.put_pack(0, {w.x, w.y, w.z, w.w});
-    slab_store<LOG, 1, T>(ys, p, 0, 1, v, m, f);
+    slab_store<LOG, 0, 1, T>(ys, p, 0, 1, v, m, f);
 }
 
 template <typename T, bool LOG>
@@ -1647,7 +1724,7 @@ softmax_axis_slab_res(const T *__restrict__ x, T *__restrict__ y, unsigned long 
         const int n = min(min(U, nst - i), (end - p + NT - 1) / NT);
         nd_regrow<T, U * VEC> v;
         slab_load<U, true>(v, xs, p, NT, n);
-        slab_store<LOG, U, T>(ys, p, NT, n, v, mm, ff);
+        slab_store<LOG, 0, U, T>(ys, p, NT, n, v, mm, ff);
     }
 #pragma unroll
     for (int i = 0; i < RR; i++)
