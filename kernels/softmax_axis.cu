@@ -948,6 +948,19 @@ struct slab_geom {
     int64_t pf_ub, pf_share;
 };
 
+/* VEC floats of shared memory at p (16-byte aligned) into o, four at a time. */
+template <int VEC> __device__ __forceinline__ void slab_read_cols(const float *p, float (&o)[VEC])
+{
+#pragma unroll
+    for (int i = 0; i < VEC / 4; i++) {
+        const float4 w = reinterpret_cast<const float4 *>(p)[i];
+        o[4 * i] = w.x;
+        o[4 * i + 1] = w.y;
+        o[4 * i + 2] = w.z;
+        o[4 * i + 3] = w.w;
+    }
+}
+
 /*
  * All-reduce, per column, over the threads of a slab that share the column: v[k][j] is this
  * thread's partial k (of Op::K) for column cp * VEC + j. `red` holds Op::K * blockDim.x *
@@ -1107,14 +1120,7 @@ __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *re
     }
 #pragma unroll
     for (int k = 0; k < K; k++)
-#pragma unroll
-        for (int i = 0; i < VEC / 4; i++) {
-            const float4 w = reinterpret_cast<const float4 *>(res + k * g.inner + cp * VEC)[i];
-            v[k][4 * i] = w.x;
-            v[k][4 * i + 1] = w.y;
-            v[k][4 * i + 2] = w.z;
-            v[k][4 * i + 3] = w.w;
-        }
+        slab_read_cols<VEC>(res + k * g.inner + cp * VEC, v[k]);
 }
 
 /* Between passes over the packs: the words (of packs FROM on) look rewritten, so the compiler
@@ -1264,27 +1270,23 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
      * thread's packs of the column are all -inf (their exps 0; mt is taken as 0, and exp(0 -
      * m) could overflow: k is then 1 / sum, so the outputs are 0, or NaN where the whole column
      * is -inf, as the exps taken again give) or where m is NaN or inf (k NaN, as those). */
-    float k[VEC];
 #pragma unroll
     for (int j = 0; j < VEC; j++)
         s[j] = LOG ? logf(s[j]) : nd_exp_div_factor(s[j]);
-    if constexpr (KP > 0 && !LOG) {
+    if constexpr (KP > 0) {
+        float k[VEC]; /* the kept packs' factor: k (softmax), f (log_softmax) */
+        if constexpr (LOG) {
 #pragma unroll
-        for (int i = 0; i < VEC / 4; i++) {
-            const float4 w = reinterpret_cast<const float4 *>(red + t * VEC)[i];
-            k[4 * i] = w.x;
-            k[4 * i + 1] = w.y;
-            k[4 * i + 2] = w.z;
-            k[4 * i + 3] = w.w;
+            for (int j = 0; j < VEC; j++)
+                k[j] = s[j];
+        } else {
+            slab_read_cols<VEC>(red + t * VEC, k); /* mt */
+#pragma unroll
+            for (int j = 0; j < VEC; j++)
+                k[j] = nd_exp_div(fminf(nd_exp_ref(k[j]) - m[j], 0.0f), s[j]);
         }
-#pragma unroll
-        for (int j = 0; j < VEC; j++)
-            k[j] = nd_exp_div(fminf(nd_exp_ref(k[j]) - m[j], 0.0f), s[j]);
-    }
-    if constexpr (KP > 0 && LOG)
-        slab_store<LOG, 0, KP, T, VEC, true>(ys, first, stride, n, e, m, s);
-    if constexpr (KP > 0 && !LOG)
         slab_store<LOG, 0, KP, T, VEC, true>(ys, first, stride, n, e, m, k);
+    }
     if constexpr (KP < PACKS)
         slab_store<LOG, KP, PACKS, T, VEC>(ys, first, stride, n, v, m, s);
     if (g.cluster > 1) { /* no block leaves while another still reads its col */
