@@ -221,6 +221,11 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_RES_CLEAR
 #define ND_AXIS_RES_CLEAR 1
 #endif
+/* Where a self-clearing resident launch (res_clears) waits at its grid barrier: 1 after its
+ * statistics, before it publishes; 0 once its register rounds are folded. */
+#ifndef ND_AXIS_RES_SYNC_LATE
+#define ND_AXIS_RES_SYNC_LATE 0
+#endif
 #ifndef ND_AXIS_KEEP16_64 /* exps a thread keeps, 16-bit column kernels of 512+ threads */
 #define ND_AXIS_KEEP16_64 16
 #endif
@@ -1630,7 +1635,7 @@ softmax_axis_slab_res(const T *__restrict__ x, T *__restrict__ y, unsigned long 
         s[j] = 0.0f;
     }
     res_fold<T>(m, s, rv);
-    if (res_clears<T>())
+    if (res_clears<T>() && !ND_AXIS_RES_SYNC_LATE)
         cg::this_grid().sync(); /* every block's words are empty */
     for (int i = 0; i < nsm; i += B) {
         issue_to(ND_AXIS_RES_WINDOW > 0 ? i + B + ND_AXIS_RES_WINDOW : nsm);
@@ -1657,6 +1662,8 @@ softmax_axis_slab_res(const T *__restrict__ x, T *__restrict__ y, unsigned long 
         res_fold<T>(m, s, w);
     }
 
+    if (res_clears<T>() && ND_AXIS_RES_SYNC_LATE)
+        cg::this_grid().sync(); /* every block's words are empty */
     /* the block's pair per column: lanes of a warp that share columns (q apart), then the warps
      * in order by the threads of column c < cols */
     for (int off = g.q; off < 32; off *= 2)
