@@ -222,7 +222,9 @@ namespace cg = cooperative_groups;
 #define ND_AXIS_RES_CLEAR 1
 #endif
 /* Where a self-clearing resident launch (res_clears) waits at its grid barrier: 1 after its
- * statistics, before it publishes; 0 once its register rounds are folded. */
+ * statistics, before it publishes; 0 once its register rounds are folded. 1 lost 2-2.5 points
+ * at (8,32768,64) 16-bit on an H200: the statistics end 4 us sooner, but the barrier then takes
+ * 3-5 us past the last arrival (bench/results/res_phases_h200.txt). */
 #ifndef ND_AXIS_RES_SYNC_LATE
 #define ND_AXIS_RES_SYNC_LATE 0
 #endif
@@ -1516,6 +1518,12 @@ softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float 
  *     words, with no workspace to clear beforehand: 16-bit 1.0-1.3 lower, float32 0.4-0.6;
  *   - folds of 1 round (a rescale exp an element): 16-bit 1.1-1.6 lower; 2 register rounds instead
  *     of 4 (one more in shared memory): 16-bit 0.5-1.5 lower; 8 copies ahead: within 0.2.
+ * H200 (bench/results/res_phases_h200.txt): per-block clock marks put 16-bit x all in by ~15 us
+ * of 25 (2.2 TB/s), the exchange at ~2 us and the stores at ~6.6. A memset instead of the grid
+ * barrier moved 16-bit -0.5 to 0, the barrier after the statistics -2 to -2.5
+ * (ND_AXIS_RES_SYNC_LATE). Each slab's segments as one thread-block cluster cannot run here: the
+ * H200 holds 7 clusters of 16 whole-SM blocks at once (8 slabs needed), 15 of 8, and refuses a
+ * cooperative launch in clusters of 4 or more (bench/cluster_probe.cu).
  */
 constexpr int kResThreads = 1024, kResMaxSmemRounds = 16, kResMaxCols = 64, kResStaticSmem = 1024;
 
