@@ -11,22 +11,11 @@
  *
  * Usage: cluster_probe   (prints one line per block shape and cluster size)
  */
-#include <cstdio>
-#include <cstdlib>
-
 #include <cooperative_groups.h>
-#include <cuda_runtime.h>
+
+#include "gpu_timing.cuh" /* CK */
 
 namespace cg = cooperative_groups;
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));            \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 __global__ void __launch_bounds__(1024, 1) whole_sm(int *p)
 {
@@ -48,6 +37,26 @@ __global__ void __launch_bounds__(1024, 1) coop_clusters(int *p)
     cl.sync();
     if (threadIdx.x == 0)
         p[blockIdx.x] = (int)cl.block_rank() + s[0];
+}
+
+/* A launch of grid blocks of `threads` in clusters of k (cooperative where asked), attrs[] its
+ * room for the attributes. */
+static cudaLaunchConfig_t cluster_launch(cudaLaunchAttribute (&attrs)[2], unsigned grid,
+                                         unsigned threads, size_t smem, unsigned k, bool coop)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = k;
+    attrs[0].val.clusterDim.y = 1;
+    attrs[0].val.clusterDim.z = 1;
+    attrs[1].id = cudaLaunchAttributeCooperative;
+    attrs[1].val.cooperative = 1;
+    cfg.attrs = attrs;
+    cfg.numAttrs = coop ? 2 : 1;
+    return cfg;
 }
 
 int main()
@@ -73,26 +82,18 @@ int main()
         int per_sm = 0;
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, whole_sm, sh.threads, sh.smem));
         printf("%s: %d blocks an SM by occupancy\n", sh.what, per_sm);
-        for (int k = 1; k <= 16; k++) {
-            cudaLaunchConfig_t cfg = {};
-            cudaLaunchAttribute attr[1];
-            cfg.gridDim = dim3((unsigned)(k * 16));
-            cfg.blockDim = dim3((unsigned)sh.threads);
-            cfg.dynamicSmemBytes = sh.smem;
-            attr[0].id = cudaLaunchAttributeClusterDimension;
-            attr[0].val.clusterDim.x = (unsigned)k;
-            attr[0].val.clusterDim.y = 1;
-            attr[0].val.clusterDim.z = 1;
-            cfg.attrs = attr;
-            cfg.numAttrs = 1;
+        for (unsigned k = 1; k <= 16; k++) {
+            cudaLaunchAttribute attrs[2];
+            const cudaLaunchConfig_t cfg = cluster_launch(attrs, (unsigned)(k * 16),
+                                                          (unsigned)sh.threads, sh.smem, k, false);
             int clusters = 0;
             const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, whole_sm, &cfg);
             if (e != cudaSuccess) {
-                printf("  cluster %2d: %s\n", k, cudaGetErrorString(e));
+                printf("  cluster %2u: %s\n", k, cudaGetErrorString(e));
                 (void)cudaGetLastError();
                 continue;
             }
-            printf("  cluster %2d: %3d clusters at once (%4d blocks)\n", k, clusters, clusters * k);
+            printf("  cluster %2u: %3d clusters at once (%4u blocks)\n", k, clusters, clusters * k);
         }
     }
     /* can a launch be cooperative and clustered at once (the resident slabs as clusters of 8, two
@@ -106,19 +107,9 @@ int main()
             if (grid % k)
                 continue;
             CK(cudaMemset(d, 0xff, 1024 * sizeof(int)));
-            cudaLaunchConfig_t cfg = {};
-            cudaLaunchAttribute attr[2];
-            cfg.gridDim = dim3((unsigned)grid);
-            cfg.blockDim = dim3(1024);
-            cfg.dynamicSmemBytes = smem_whole;
-            attr[0].id = cudaLaunchAttributeCooperative;
-            attr[0].val.cooperative = 1;
-            attr[1].id = cudaLaunchAttributeClusterDimension;
-            attr[1].val.clusterDim.x = (unsigned)k;
-            attr[1].val.clusterDim.y = 1;
-            attr[1].val.clusterDim.z = 1;
-            cfg.attrs = attr;
-            cfg.numAttrs = 2;
+            cudaLaunchAttribute attrs[2];
+            const cudaLaunchConfig_t cfg =
+                cluster_launch(attrs, (unsigned)grid, 1024, smem_whole, (unsigned)k, true);
             cudaError_t e = cudaLaunchKernelEx(&cfg, coop_clusters, d);
             if (e == cudaSuccess)
                 e = cudaDeviceSynchronize();
