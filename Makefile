@@ -86,7 +86,7 @@ GPU_BIN  := $(GPU_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_UTIL_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/util/*.c))
 
 .PHONY: all deps run test unit-test integration-test py-test test-gpu bench-cpu bench-gpu bench-service \
-        fuzz clean gpu-check rows-sweep
+        fuzz clean gpu-check rows-sweep block-sweep
 
 all: $(BUILD)/normd
 	@if [ "$(CUDA)" = 0 ]; then echo "note: CUDA=0: built the CPU backend only"; \
@@ -400,6 +400,11 @@ gpu-check: $(BUILD)/bench/bench_gpu $(GPU_BIN)
 # against the copy ceiling and the shipped dispatch (ROWS_SWEEP_ARGS, e.g. --op layernorm).
 rows-sweep: $(BUILD)/bench/rows_sweep
 	./$(BUILD)/bench/rows_sweep $(ROWS_SWEEP_ARGS)
+
+# make block-sweep: bench/block_sweep.cu, the block kernel's geometries and register caps for
+# float32 rows (BLOCK_SWEEP_ARGS: widths, default 1536 2048 4096 5120 8192).
+block-sweep: $(BUILD)/bench/block_sweep
+	./$(BUILD)/bench/block_sweep $(BLOCK_SWEEP_ARGS)
 
 # ---- service benchmark ----
 # make bench-service: bench/service/run.sh starts $(BUILD)/normd (cuda with batching, cuda with

@@ -193,6 +193,15 @@ static inline void time_ceiling(cudaStream_t s, int N, const std::vector<void *>
     });
 }
 
+/* A row op with its launch bounds' blocks an SM replaced by MB (0: the op's own), for the sweeps
+ * (rows_sweep.cu, block_sweep.cu): the signature is nd_rows_min_blocks's, so the override is seen
+ * and hides the op's own min_blocks. */
+template <class Op, int MB> struct with_min_blocks : Op {
+    static constexpr int min_blocks(int, int, int, int, int) { return MB; }
+};
+template <class Op, int MB>
+using op_mb = typename std::conditional<MB == 0, Op, with_min_blocks<Op, MB>>::type;
+
 /* ---------------------------------------------------------------------------------------------
  * The probes' harness (loop_probe.cu, split_smem_probe.cu): rows x cols of T in rotated sets, the
  * parameters, the copy ceiling, the library's output as the reference

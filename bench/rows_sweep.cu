@@ -18,13 +18,6 @@
 #include "../kernels/rmsnorm.cuh"
 #include "../kernels/softmax.cuh"
 
-/* Op with its launch bounds' blocks per SM replaced by MB (0: the op's own). */
-template <class Op, int MB> struct with_min_blocks : Op {
-    static constexpr int min_blocks(int, int, int, int) { return MB; }
-};
-template <class Op, int MB>
-using op_mb = typename std::conditional<MB == 0, Op, with_min_blocks<Op, MB>>::type;
-
 struct variant {
     int w, packs, r, mb;
 };
