@@ -17,7 +17,9 @@
  *           (RMSNorm) or d = x - shift and d^2 (LayerNorm) in U chains; one block all-reduce;
  *   pass 2: the same packs again, y = f(x) with the parameters (read-only path), stored
  *           evict-first.
- * POL bit 0: pass 1 loads x with an L2 evict_last policy; bit 1: pass 2 loads it evict-first.
+ * POL bit 0: pass 1 loads x with an L2 evict_last policy; bit 1: pass 2 loads it evict-first;
+ * bit 2: pass 2 stores y with a plain st.global (else st.global.cs, evict-first), as Inductor's
+ * "red" kernels do (their loads: evict_last in pass 1, evict_first in pass 2).
  *
  * Prints, per op, dtype and width: the copy ceiling (the faster of bench_gpu's copy kernel and
  * cudaMemcpyAsync), the library and each probe variant as % of it, and the probe's largest
@@ -26,7 +28,8 @@
  * Build (bench/device_link.sh has made build/libndkernels.a):
  *   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 bench/loop_probe.cu \
  *        build/libndkernels.a -o build/bench/loop_probe
- * Usage: loop_probe [cols ...]   (default 256 512 1024 ... 32768; rows 49152)
+ * Usage: loop_probe [--float32] [cols ...]   (default 256 512 1024 ... 32768; rows 49152;
+ *        --float32: that dtype only)
  */
 #include <cmath>
 #include <cstring>
@@ -140,7 +143,10 @@ __global__ void __launch_bounds__(TH) loop_rows(const uint4 *__restrict__ x, uin
 #pragma unroll
             for (int j = 0; j < VEC; j++)
                 f[j] = OP == 1 ? fmaf((f[j] - mean) * rstd, gg[j], bb[j]) : f[j] * rstd * gg[j];
-            __stcs(yr + p, pack<T>(f));
+            if (POL & 4)
+                yr[p] = pack<T>(f);
+            else
+                __stcs(yr + p, pack<T>(f));
         }
     }
 }
@@ -274,6 +280,14 @@ template <class T, int OP> static std::vector<variant> variants()
         {"512x2 p3", launch_v<T, OP, 512, 2, 3>}, {"256x2 p3", launch_v<T, OP, 256, 2, 3>},
         {"256x4 p3", launch_v<T, OP, 256, 4, 3>}, {"1024x1 p3", launch_v<T, OP, 1024, 1, 3>},
         {"512x4 p3", launch_v<T, OP, 512, 4, 3>},
+        /* Inductor's order of cache policies (plain stores), at its float32 block sizes (ncu:
+         * 512 threads at 5120 columns, 1024 at 32768) and more packs in flight */
+        {"512x1 p7", launch_v<T, OP, 512, 1, 7>}, {"512x2 p7", launch_v<T, OP, 512, 2, 7>},
+        {"1024x1 p7", launch_v<T, OP, 1024, 1, 7>}, {"1024x2 p3", launch_v<T, OP, 1024, 2, 3>},
+        {"1024x2 p7", launch_v<T, OP, 1024, 2, 7>}, {"1024x4 p7", launch_v<T, OP, 1024, 4, 7>},
+        /* one pass that every thread fills at float32 5120 columns (1280 packs) */
+        {"640x2 p3", launch_v<T, OP, 640, 2, 3>}, {"640x2 p7", launch_v<T, OP, 640, 2, 7>},
+        {"320x4 p7", launch_v<T, OP, 320, 4, 7>},
     };
 }
 
@@ -304,15 +318,21 @@ template <class T> static void run(int op, long cols, nd_dtype dt)
 
 int main(int argc, char **argv)
 {
-    std::vector<long> widths = {256, 512, 1024, 2048, 4096, 8192, 16384, 32768};
-    if (argc > 1) {
-        widths.clear();
-        for (int i = 1; i < argc; i++)
+    std::vector<long> widths;
+    bool f32_only = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--float32"))
+            f32_only = true;
+        else
             widths.push_back(atol(argv[i]));
     }
+    if (widths.empty())
+        widths = {256, 512, 1024, 2048, 4096, 8192, 16384, 32768};
     for (int op = 0; op < 2; op++)
         for (long c : widths) {
             run<float>(op, c, ND_FLOAT32);
+            if (f32_only)
+                continue;
             run<__half>(op, c, ND_FLOAT16);
             run<__nv_bfloat16>(op, c, ND_BFLOAT16);
         }
