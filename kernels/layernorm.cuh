@@ -185,6 +185,14 @@
 #ifndef ND_LN_LOOP32_1024_THREADS
 #define ND_LN_LOOP32_1024_THREADS 256
 #endif
+/* float32 rows of 1280 packs (5120 columns) on a fast device in the loop kernel, in this geometry
+ * (nd_loop_code; 0: the block kernel): 320 x 4, one pass of 16 elements a thread (the one-pass
+ * statistics' limit, nd_ln_loop_chains_short). H200, three alternating rounds, block kernel ->
+ * loop kernel: 97.2 -> 100.0% of the same-run copy ceiling, x torch.compile 0.97 -> 1.00 (0.96-0.97
+ * in all twelve earlier H200 tables; bench/results/f32_5120_h200.txt). */
+#ifndef ND_LN_LOOP32_1280
+#define ND_LN_LOOP32_1280 nd_loop_code(320, 4)
+#endif
 
 /* nd_layernorm_policy::lean: 1 as measured; 0 none (A/B runs); 2 the fast device's rows on
  * every device (A/B runs). ND_LN_LEAN_P<n>: the geometry (nd_lean_code(lanes a row, rows a
@@ -400,13 +408,17 @@ struct nd_layernorm_policy : nd_norm_policy {
      * runs, bench/results/loop_probe_h200.txt). In the library, H200, three alternating rounds
      * in each of two calls: 96.6 -> 99.1 and 96.6 -> 99.2, x torch.compile 0.97 -> 0.99
      * (bench/results/ln_warp_blocks3.txt). On an H100 (with ND_ROWS_LOOP_EVERY, three
-     * alternating rounds) it lost, 99.1 -> 98.8 (bench/results/loop256_h100.txt). */
+     * alternating rounds) it lost, 99.1 -> 98.8 (bench/results/loop256_h100.txt). Float32 rows of
+     * 1280 packs (5120 columns) take 320 x 4 on a fast device (ND_LN_LOOP32_1280): one pass that
+     * every thread fills, where nd_loop_geometry's 512 x 4 had left 3/8 of the threads idle. */
     static constexpr int loop(int elem_bytes, int64_t packs, bool fast)
     {
         const bool take = ND_LN_LOOP == 2 ? fast && (packs == 512 || packs == 1024 ||
                                                      packs == 1280 || packs == 1536 ||
                                                      packs == 2048 || packs == 4096)
                                           : ND_LN_LOOP == 1 && elem_bytes == 4 && packs == 2048;
+        if (ND_LN_LOOP == 1 && fast && elem_bytes == 4 && packs == 1280 && ND_LN_LOOP32_1280)
+            return ND_LN_LOOP32_1280;
 #if ND_LN_LOOP32_1024_THREADS
         constexpr int T = ND_LN_LOOP32_1024_THREADS;
         static_assert(T == 256 || T == 512 || T == 1024, "a loop geometry of one pass");

@@ -28,6 +28,11 @@
 #ifndef ND_RMS_LOOP32_1024
 #define ND_RMS_LOOP32_1024 nd_loop_code(512, 2)
 #endif
+/* the loop geometry for float32 rows of 1280 packs (5120 columns) on a fast device (0: the block
+ * kernel): 320 x 4, one pass that every thread fills; see nd_rmsnorm_policy::loop */
+#ifndef ND_RMS_LOOP32_1280
+#define ND_RMS_LOOP32_1280 nd_loop_code(320, 4)
+#endif
 
 #ifndef ND_RMS_LEAN_P24 /* nd_rmsnorm_policy::lean: 16-bit rows of 24 packs on a fast device (0: none) */
 #define ND_RMS_LEAN_P24 nd_lean_code(8, 4, 1)
@@ -149,6 +154,11 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * The other widths measured lost: 16-bit 5120, 6144, 10240, 20480 and 24576 and float32
      * 2560 and 10240 (rows that leave threads a pass short, or more than one pass of 1024)
      * 97-98 -> 70-82, float32 5120 within 0.3; so only the lengths above.
+     * Float32 5120 columns (1280 packs) on a fast device later took 320 x 4, one pass of 4 packs
+     * that every thread fills (the geometry above had left 3/4 of the threads idle in a pass):
+     * H200, three alternating rounds, 97.2 -> 99.8% of the same-run copy ceiling, x torch.compile
+     * 0.97 -> 1.00 (0.97 in all twelve earlier H200 tables); 256 x 4 (a pass and a quarter)
+     * lost, 97.3 -> 96.6 (bench/results/f32_5120_h200.txt).
      * On any device, rows of 4096 packs (float32 16384 columns, 16-bit 32768). H100, three
      * alternating rounds, every fast-device loop row on the H100 (ND_ROWS_LOOP_EVERY) against the
      * block kernel (bench/results/rms_loop_h100.txt): float32 16384 99.2 -> 100.2, float16 /
@@ -163,6 +173,8 @@ struct nd_rmsnorm_policy : nd_norm_policy {
             return 0;
         if (packs == 1024) /* float32 4096 columns on any device, 16-bit 8192 on a fast one */
             return elem_bytes == 4 ? ND_RMS_LOOP32_1024 : fast ? ND_RMS_LOOP16_1024 : 0;
+        if (packs == 1280 && elem_bytes == 4 && fast) /* float32 5120 columns */
+            return ND_RMS_LOOP32_1280;
         const bool take = (fast || packs == 4096) &&
                           (packs == 512 || packs == 2048 || packs == 4096 ||
                            (elem_bytes == 4 && packs == 1536));

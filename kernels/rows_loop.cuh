@@ -19,7 +19,9 @@
  *   16-bit  4096                96.7-97.2      98.3-99.6    (two runs)
  *   16-bit  16384-32768         96.2-97.8      100.2-101.3  (two runs)
  *   16-bit  8192 (256 x 4)      96.6-96.8      98.6         (one run)
- * and LayerNorm float32 8192 columns 96.5-96.6 -> 100.5-100.6 (bench/results/ln_loop_h200.txt).
+ * and LayerNorm float32 8192 columns 96.5-96.6 -> 100.5-100.6 (bench/results/ln_loop_h200.txt);
+ * float32 5120 columns in 320 x 4 (a geometry of the policies' own, one pass that every thread
+ * fills) RMSNorm 97.2 -> 99.8, LayerNorm 97.2 -> 100.0 (bench/results/f32_5120_h200.txt).
  * Its pick is per width: at other widths it lost to the block kernel, most where a pass leaves
  * some threads without a pack (RMSNorm 16-bit 5120 columns: 72 against 97.7), and LayerNorm's
  * 16-bit rows everywhere (16-30 points at 4096-32768 columns).
@@ -38,7 +40,11 @@
  * (LayerNorm float32 only). Every such row lost: 16-bit 65536 9-26 points of the copy ceiling
  * against the split kernel, float32 32768 7-23 against the split kernel and RMSNorm's big block
  * (96.1 -> 88). Rows of 64 KB run at 101% here; rows of 128 KB, two blocks an SM, hold 34 MB of
- * x between their passes.
+ * x between their passes. Nor did Inductor's form of those rows, which runs one block of 1024
+ * threads an SM at 54 registers and stores y plainly (torch.compile at 101% there): RMSNorm
+ * float32 32768 at 1024 x 2, one block an SM (launch bounds of 1), plain stores, 97.8 -> 77.4;
+ * bench/loop_probe.cu's best such form (1024 x 4, plain stores) 94.9 (H200, bench/results/
+ * f32_5120_h200.txt).
  */
 #ifndef ND_ROWS_LOOP_CUH
 #define ND_ROWS_LOOP_CUH
@@ -197,6 +203,8 @@ static nd_status nd_rows_loop_run(const nd_rows_args<T> &a, const typename Op::P
         return launch(integral_constant<int, 256>(), integral_constant<int, 2>());
     case nd_loop_code(256, 4):
         return launch(integral_constant<int, 256>(), integral_constant<int, 4>());
+    case nd_loop_code(320, 4):
+        return launch(integral_constant<int, 320>(), integral_constant<int, 4>());
     case nd_loop_code(512, 2):
         return launch(integral_constant<int, 512>(), integral_constant<int, 2>());
     case nd_loop_code(512, 4):

@@ -478,7 +478,7 @@ Test(gpu_rows, loop_kernel_many_rows)
 {
     need_device();
     static const nd_dtype dts[] = {ND_FLOAT32, ND_FLOAT16, ND_BFLOAT16};
-    static const int64_t widths[] = {2048, 4096, 6144, 8192, 16384, 32768, 5000, 32760};
+    static const int64_t widths[] = {2048, 4096, 5120, 6144, 8192, 16384, 32768, 5000, 32760};
     static const nd_op ops[] = {ND_OP_RMSNORM, ND_OP_LAYERNORM};
     uint64_t rng = 0x6200;
     for (int o = 0; o < 2; o++)
@@ -499,7 +499,10 @@ Test(gpu_rows, loop_kernel_many_rows)
         {ND_OP_RMSNORM, ND_FLOAT16, 4096, 1, "block "},
         {ND_OP_RMSNORM, ND_FLOAT16, 2048, 0, "warp "},
         {ND_OP_LAYERNORM, ND_FLOAT16, 8192, 0, "block "},
-        {ND_OP_LAYERNORM, ND_FLOAT32, 4096, 0, "loop threads=256 packs=4"}};
+        {ND_OP_LAYERNORM, ND_FLOAT32, 4096, 0, "loop threads=256 packs=4"},
+        {ND_OP_RMSNORM, ND_FLOAT32, 5120, 0, "loop threads=320 packs=4"},
+        {ND_OP_LAYERNORM, ND_FLOAT32, 5120, 0, "loop threads=320 packs=4"},
+        {ND_OP_LAYERNORM, ND_FLOAT16, 5120, 0, "block "}};
     check_plans(plans, sizeof plans / sizeof plans[0], "loop", "block ");
     /* on every device: RMSNorm's rows of 4096 packs and float32 rows of 1024, LayerNorm's
      * float32 rows of 2048 */
