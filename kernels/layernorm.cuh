@@ -410,7 +410,7 @@ struct nd_layernorm_policy : nd_norm_policy {
      * (bench/results/ln_warp_blocks3.txt). On an H100 (with ND_ROWS_LOOP_EVERY, three
      * alternating rounds) it lost, 99.1 -> 98.8 (bench/results/loop256_h100.txt). Float32 rows of
      * 1280 packs (5120 columns) take 320 x 4 on a fast device (ND_LN_LOOP32_1280): one pass that
-     * every thread fills, where nd_loop_geometry's 512 x 4 had left 3/8 of the threads idle. */
+     * every thread fills, where nd_loop_geometry's 512 x 4 leaves 3/8 of its pass's packs empty. */
     static constexpr int loop(int elem_bytes, int64_t packs, bool fast)
     {
         const bool take = ND_LN_LOOP == 2 ? fast && (packs == 512 || packs == 1024 ||

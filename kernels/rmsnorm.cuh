@@ -155,7 +155,7 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * 2560 and 10240 (rows that leave threads a pass short, or more than one pass of 1024)
      * 97-98 -> 70-82, float32 5120 within 0.3; so only the lengths above.
      * Float32 5120 columns (1280 packs) on a fast device later took 320 x 4, one pass of 4 packs
-     * that every thread fills (the geometry above had left 3/4 of the threads idle in a pass):
+     * that every thread fills (nd_loop_geometry's 512 x 4 leaves 3/8 of its pass's packs empty):
      * H200, three alternating rounds, 97.2 -> 99.8% of the same-run copy ceiling, x torch.compile
      * 0.97 -> 1.00 (0.97 in all twelve earlier H200 tables); 256 x 4 (a pass and a quarter)
      * lost, 97.3 -> 96.6 (bench/results/f32_5120_h200.txt).
