@@ -7,9 +7,9 @@
  * block_min, 128) whose 8 packs a thread hold it, then spreads the row over them: 5120 columns
  * (1280 packs) run as 256 threads x 5 packs. Here each row length also runs as every other block
  * of whole warps whose packs divide the row exactly (160 x 8, 320 x 4, 640 x 2 for 5120), each at
- * the launch bounds nd_rows_run's kernel has (mb 0: 1024 threads an SM, 64 registers) and at 1536
- * and 2048 threads an SM where that is a whole number of blocks. Every variant is the exact twin
- * (XC = the row length), as the shipped plan is.
+ * the launch bounds nd_rows_run's kernel has (mb 0: the op's own, else 1024 threads an SM, a
+ * cap of 64 registers) and at 1536 and 2048 threads an SM where that is a whole number of blocks.
+ * Every variant is the exact twin (XC = the row length), as the shipped plan is.
  *
  * Prints per op and width: the copy ceiling (us), the library as % of it, then each variant's %,
  * its registers, spill and blocks an SM, and its largest difference from the library's output
@@ -79,8 +79,9 @@ template <class Op, int TH, int PACKS> static void geometry(const probe_case &c,
         variant<Op, TH, PACKS, 2048 / TH>(c, op, eps);
 }
 
-/* Every block of whole warps, at most 1024 threads and 8 packs a thread, for the widths of the
- * default list (each call returns at once unless TH * PACKS * 4 is the row length). */
+/* Every block of whole warps, at most 1024 threads and 8 packs a thread, that holds a row of the
+ * default list's widths exactly (each call returns at once unless TH * PACKS * 4 is the row
+ * length). The results of one H200: bench/results/f32_5120_h200.txt. */
 template <class Op> static void sweep(const probe_case &c, int op, float eps)
 {
     /* 1536 columns: 384 packs */
