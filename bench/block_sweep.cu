@@ -6,11 +6,12 @@
  * nd_rows_run's block kernel gives such a row one block of the smallest power-of-two threads (from
  * the policy's block_min, 128) whose 8 packs a thread hold it, then spreads the row over them:
  * 5120 columns (1280 packs) ran as 256 threads x 5 packs until this sweep found no block better
- * and the loop kernel took them on a fast device (320 x 4). Here each row length also runs as every other block
- * of whole warps whose packs divide the row exactly (160 x 8, 320 x 4, 640 x 2 for 5120), each at
- * the launch bounds nd_rows_run's kernel has (mb 0: the op's own, else 1024 threads an SM, a
- * cap of 64 registers) and at 1536 and 2048 threads an SM where that is a whole number of blocks.
- * Every variant is the exact twin (XC = the row length), as the shipped plan is.
+ * and the loop kernel took them on a fast device (320 x 4). Here each row length also runs as
+ * every other block of whole warps whose packs divide the row exactly (160 x 8, 320 x 4, 640 x 2
+ * for 5120), each at the launch bounds nd_rows_run's kernel has (mb 0: the op's own, else 1024
+ * threads an SM, a cap of 64 registers) and at 1536 and 2048 threads an SM where that is a whole
+ * number of blocks. Every variant is the exact twin (XC = the row length), as the shipped plan
+ * is.
  *
  * Prints per op and width: the copy ceiling (us), the library as % of it, then each variant's %,
  * its registers, spill and blocks an SM, and its largest difference from the library's output
