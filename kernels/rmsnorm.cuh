@@ -15,6 +15,9 @@
 #define ND_RMS_TILE_FULL 1
 #endif
 
+#ifndef ND_RMS_BIG_PLAIN /* nd_rmsnorm_op::big_plain: bit 1 x loaded, bit 2 y stored plainly */
+#define ND_RMS_BIG_PLAIN 1
+#endif
 #ifndef ND_RMS_LOOP /* 1: nd_rmsnorm_policy::loop names the rows below; 0: none */
 #define ND_RMS_LOOP 1
 #endif
@@ -254,6 +257,11 @@ struct nd_rmsnorm_op {
     /* float32 weights loaded with an L2 evict-last policy (ND_ROWS_PARAM_L2_LAST): 128x1048576
      * 90.0 -> 91.5% of the copy ceiling (H100), the other widths within 0.1. */
     static __host__ __device__ constexpr bool param_l2_last(int elem_bytes) { return elem_bytes == 4; }
+    /* The big block that asks L2 for float32 rows ahead (32768 columns on a fast device) loads x
+     * with the default cache policy, as torch.compile's kernels do, not evict-first
+     * (nd_big_plain). H200, three alternating rounds: 97.7 -> 99.5% of the copy ceiling, x
+     * torch.compile 0.97 -> 0.99 (bench/results/plain_access_h200.txt, call 2). */
+    static __host__ __device__ constexpr int big_plain(int) { return ND_RMS_BIG_PLAIN; }
 
     template <int R, int N, class V, class Ctx>
     static __device__ __forceinline__ void stats(V (&v)[R], State (&st)[R], const Ctx &ctx,

@@ -73,6 +73,8 @@
  *                            row keeps them as floats, so set(e, f) is exact (nd_wide_regs)
  *   param_l2_last(elem bytes) optional: whether the parameters are loaded with an L2 evict-last
  *                            policy in every kernel (nd_param_l2_last)
+ *   big_plain(elem bytes)    optional: how the big block that asks L2 for rows ahead loads x and
+ *                            stores y, bits 1 and 2 for plain (nd_big_plain; float32 only)
  */
 #ifndef ND_ROWS_CUH
 #define ND_ROWS_CUH
@@ -114,13 +116,16 @@ template <class T, int VEC> __host__ __device__ __forceinline__ int nd_grid_offs
  * element), and packs wholly outside the row neither loaded nor stored. H200, two alternating
  * rounds: most rows off the grid within 2 points, block rows of 4097 columns -9 to -12 (float32
  * RMSNorm 92.9 -> 85.0), 16-bit softmax 1001 79 -> 69 (bench/results/rows_edge_pack_h200.txt). */
-template <class T, int VEC, class I, bool WHOLE = false, bool GRID = false>
+/* PLAIN: whole packs loaded with the default policy (ld.global), not evict-first (the big block
+ * that asks L2 for its float32 rows ahead, ND_ROWS_BIG_PF_PLAIN). */
+template <class T, int VEC, class I, bool WHOLE = false, bool GRID = false, bool PLAIN = false>
 __device__ __forceinline__ void nd_row_load_words(const T *row, I c0, I cols, float pad, uint32_t *o)
 {
     union { uint4 w; nd_pack<T, VEC> pk; } u;
     static_assert(sizeof(T) * VEC == 16, "packs are 16 bytes");
     if (WHOLE || (GRID ? c0 < cols : c0 >= 0 && c0 + VEC <= cols)) {
-        u.w = __ldcs(reinterpret_cast<const uint4 *>(row + c0));
+        const uint4 *p = reinterpret_cast<const uint4 *>(row + c0);
+        u.w = PLAIN ? *p : __ldcs(p);
     } else {
         const T tp = nd_from_float<T>(pad);
 #pragma unroll
@@ -249,12 +254,16 @@ __device__ __forceinline__ void nd_param_load(const T *p, I c0, I cols, bool vec
     }
 }
 
-template <class T, int VEC, class I, bool WHOLE = false>
+/* PLAIN: whole packs stored with the default policy, not evict-first (ND_ROWS_BIG_PF_PLAIN) */
+template <class T, int VEC, class I, bool WHOLE = false, bool PLAIN = false>
 __device__ __forceinline__ void nd_row_store(T *row, I c0, I cols, bool vec_ok,
                                              const float (&o)[VEC])
 {
     if (WHOLE || (vec_ok && c0 >= 0 && c0 + VEC <= cols)) {
-        nd_store_pack_stream<T, VEC>(row + c0, o);
+        if (PLAIN)
+            nd_store_pack<T, VEC>(row + c0, o);
+        else
+            nd_store_pack_stream<T, VEC>(row + c0, o);
     } else {
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
@@ -281,8 +290,10 @@ __device__ __forceinline__ nd_row_out nd_row_out_make(const nd_rows_args<T> &a, 
     return o;
 }
 
-/* Write one pack of output: parameters, Op::out, store (WHOLE: a whole pack on the grid). */
-template <class Op, class T, int VEC, bool STREAM, class I, bool WHOLE = false, class G>
+/* Write one pack of output: parameters, Op::out, store (WHOLE: a whole pack on the grid; PLAIN:
+ * nd_row_store's). */
+template <class Op, class T, int VEC, bool STREAM, class I, bool WHOLE = false, bool PLAIN = false,
+          class G>
 __device__ __forceinline__ void nd_row_emit(const nd_rows_args<T> &a, const typename Op::Params &prm,
                                             const typename Op::State &st, T *yrow, I c0, I cols,
                                             nd_row_out ro, G v)
@@ -296,7 +307,7 @@ __device__ __forceinline__ void nd_row_emit(const nd_rows_args<T> &a, const type
 #pragma unroll
     for (int j = 0; j < VEC; j++)
         o[j] = STREAM ? Op::out_stream(st, prm, v(j), g[j], b[j]) : Op::out(st, prm, v(j), g[j], b[j]);
-    nd_row_store<T, VEC, I, WHOLE>(yrow, c0, cols, ro.y_vec, o);
+    nd_row_store<T, VEC, I, WHOLE, PLAIN>(yrow, c0, cols, ro.y_vec, o);
     /* A compiler-only barrier: the next pack's parameter loads are not hoisted above this store,
      * so only one pack of gamma/beta is live at a time (hoisting them all spilled registers). */
     asm volatile("" ::: "memory");
@@ -356,8 +367,9 @@ template <class Op, class T, int VEC, int HOLD = 1, bool PARTIAL = false> struct
             load(a, c_first + k * stride, k);
     }
     /* pack i of this lane starts at column c_first + i * stride; v holds its elements (WHOLE:
-     * y's packs are whole and on the grid; PARTIAL: packs past the row's end are skipped) */
-    template <int PACKS, bool WHOLE = false, class V>
+     * y's packs are whole and on the grid; PARTIAL: packs past the row's end are skipped; PLAIN:
+     * nd_row_store's) */
+    template <int PACKS, bool WHOLE = false, bool PLAIN = false, class V>
     __device__ __forceinline__ void emit(const nd_rows_args<T> &a, const typename Op::Params &prm,
                                          const typename Op::State &st, T *yrow, int c_first,
                                          int stride, bool y_vec, const V &v)
@@ -377,7 +389,7 @@ template <class Op, class T, int VEC, int HOLD = 1, bool PARTIAL = false> struct
             for (int j = 0; j < VEC; j++)
                 o[j] = Op::out(st, prm, v.get(i * VEC + j), gp.get(j),
                                Op::kParams >= 2 ? bp.get(j) : 0.0f);
-            nd_row_store<T, VEC, int, WHOLE>(yrow, c0, (int)a.cols, y_vec, o);
+            nd_row_store<T, VEC, int, WHOLE, PLAIN>(yrow, c0, (int)a.cols, y_vec, o);
         }
     }
 };
@@ -995,6 +1007,26 @@ typedef nd_cluster_reduce_smem<4> nd_rows_reduce_smem;
 #ifndef ND_ROWS_BIG_PF32
 #define ND_ROWS_BIG_PF32 4
 #endif
+/* The big block that asks L2 for float32 rows ahead (PF8 > 0), bits: 1, x loaded with the default
+ * cache policy (ld.global), not evict-first; 2, y stored so. -1: as the op's big_plain(element
+ * bytes) says (nd_big_plain), 0: evict-first both, as every other row kernel; n > 0: n for every
+ * op (A/B runs). 16-bit rows keep evict-first: their big blocks at 65536 columns lost 2-13 points
+ * of the copy ceiling loading x plainly (bench/results/plain_access_h200.txt, call 2). */
+#ifndef ND_ROWS_BIG_PF_PLAIN
+#define ND_ROWS_BIG_PF_PLAIN -1
+#endif
+template <class Op, class = void> struct nd_op_has_big_plain : std::false_type {};
+template <class Op>
+struct nd_op_has_big_plain<Op, std::void_t<decltype(Op::big_plain(0))>> : std::true_type {};
+template <class Op> __host__ __device__ constexpr int nd_big_plain(int elem_bytes)
+{
+    if (elem_bytes != 4)
+        return 0;
+    if constexpr (nd_op_has_big_plain<Op>::value)
+        return ND_ROWS_BIG_PF_PLAIN >= 0 ? ND_ROWS_BIG_PF_PLAIN : Op::big_plain(elem_bytes);
+    else
+        return ND_ROWS_BIG_PF_PLAIN > 0 ? ND_ROWS_BIG_PF_PLAIN : 0;
+}
 
 /* PF8 > 0: the big block that asks L2 for the row PF8 / 8 of a device-full of big blocks (one an
  * SM) after its own (nd_rows_big_pf). A kernel of its own: carried in every big block, that code
@@ -1049,6 +1081,9 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
     int64_t row = blockIdx.x / csize;
     if (PF && row < a.rows)
         prefetch(row);
+    /* x loaded, y stored with the default cache policy where the op says (nd_big_plain) */
+    constexpr int PLAIN = PF8 > 0 ? nd_big_plain<Op>((int)sizeof(T)) : 0;
+    constexpr bool XPLAIN = PLAIN & 1, YPLAIN = PLAIN & 2;
     for (; row < a.rows; row += step) {
         const T *xrow = a.x + row * acols;
         ctx.h = WH || GR ? 0 : nd_grid_offset<T, VEC>(xrow);
@@ -1063,8 +1098,8 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
             if (PF)
                 nd_slot_words(&pf[i * THREADS + threadIdx.x], &v[0].w[i * 4]);
             else
-                nd_row_load_words<T, VEC, int, WH, GR>(xrow, (i * ctx.G + ctx.g) * VEC - ctx.h,
-                                                       ctx.cols, Op::kPad, &v[0].w[i * 4]);
+                nd_row_load_words<T, VEC, int, WH, GR, XPLAIN>(
+                    xrow, (i * ctx.G + ctx.g) * VEC - ctx.h, ctx.cols, Op::kPad, &v[0].w[i * 4]);
         }
         if constexpr (ND_ROWS_BLOCK_LATE_N && !CLUSTER && (ND_ROWS_EXACT_LATE_N || !WH) &&
                       sizeof(T) == 2)
@@ -1105,8 +1140,9 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
         T *yrow = a.y + row * acols;
         if constexpr (PIPE) {
             if (pipe) {
-                pp.template emit<PACKS, WO>(a, prm, st[0], yrow, ctx.g * VEC - ctx.h, ctx.G * VEC,
-                                            nd_grid_offset<T, VEC>(yrow) == ctx.h, v[0]);
+                pp.template emit<PACKS, WO, YPLAIN>(a, prm, st[0], yrow, ctx.g * VEC - ctx.h,
+                                                    ctx.G * VEC,
+                                                    nd_grid_offset<T, VEC>(yrow) == ctx.h, v[0]);
                 continue;
             }
         }
@@ -1116,8 +1152,10 @@ nd_rows_block_kernel(nd_rows_args<T> a, typename Op::Params prm)
             int c0 = (i * ctx.G + ctx.g) * VEC - ctx.h;
             if (GR && c0 >= ctx.cols) /* this pack and the thread's next ones: past the row */
                 break;
-            nd_row_emit<Op, T, VEC, false, int, WO>(a, prm, st[0], yrow, c0, ctx.cols, ro,
-                                                    [&](int j) { return v[0].get(i * VEC + j); });
+            nd_row_emit<Op, T, VEC, false, int, WO, YPLAIN>(a, prm, st[0], yrow, c0, ctx.cols, ro,
+                                                            [&](int j) {
+                                                                return v[0].get(i * VEC + j);
+                                                            });
         }
     }
     nd_cluster_leave(CLUSTER);
@@ -1821,7 +1859,9 @@ static nd_status nd_rows_run(const nd_rows_args<T> &a, const typename Op::Params
                 constexpr int S = nd_rows_big_pf_on<Pol>((int)sizeof(T), PACKS, false);
                 auto prefetching = [&](auto pf) {
                     constexpr int PF = decltype(pf)::value;
-                    ND_PLAN("block packs=%d%s pf=%d/8", PACKS, nd_rows_twin_word(XC), PF);
+                    constexpr int PL = PF > 0 ? nd_big_plain<Op>((int)sizeof(T)) : 0;
+                    ND_PLAN("block packs=%d%s pf=%d/8%s", PACKS, nd_rows_twin_word(XC), PF,
+                            PL == 3 ? " plain" : PL == 1 ? " plain-x" : PL == 2 ? " plain-y" : "");
                     return nd_rows_launch(
                         nd_rows_block_kernel<Op, T, VEC, PACKS, TH, false, XC, PF>, TH, 1, 0,
                         a.rows, di, s, err, name, a, prm);
