@@ -16,7 +16,7 @@
 #endif
 
 #ifndef ND_RMS_BIG_PLAIN /* nd_rmsnorm_op::big_plain: bit 1 x loaded, bit 2 y stored plainly */
-#define ND_RMS_BIG_PLAIN 1
+#define ND_RMS_BIG_PLAIN 3
 #endif
 #ifndef ND_RMS_LOOP /* 1: nd_rmsnorm_policy::loop names the rows below; 0: none */
 #define ND_RMS_LOOP 1
@@ -258,9 +258,10 @@ struct nd_rmsnorm_op {
      * 90.0 -> 91.5% of the copy ceiling (H100), the other widths within 0.1. */
     static __host__ __device__ constexpr bool param_l2_last(int elem_bytes) { return elem_bytes == 4; }
     /* The big block that asks L2 for float32 rows ahead (32768 columns on a fast device) loads x
-     * with the default cache policy, as torch.compile's kernels do, not evict-first
-     * (nd_big_plain). H200, three alternating rounds: 97.7 -> 99.5% of the copy ceiling, x
-     * torch.compile 0.97 -> 0.99 (bench/results/plain_access_h200.txt, call 2). */
+     * and stores y with the default cache policy, as torch.compile's kernels do, not evict-first
+     * (nd_big_plain). H200, three alternating rounds, % of the copy ceiling: x plain 97.7 -> 99.5
+     * and 97.9 -> 100.0, x and y plain 97.9 -> 100.4, x torch.compile 0.97 -> 1.00 (bench/results/
+     * plain_access_h200.txt, calls 2 and 3). */
     static __host__ __device__ constexpr int big_plain(int) { return ND_RMS_BIG_PLAIN; }
 
     template <int R, int N, class V, class Ctx>

@@ -256,6 +256,9 @@ static constexpr float ND_LOG2E = 1.4426950408889634f;
 #ifndef ND_SM_EXP_APPROX
 #define ND_SM_EXP_APPROX 1
 #endif
+#ifndef ND_SM_BIG_PLAIN /* nd_softmax_op::big_plain: bit 1 x loaded, bit 2 y stored plainly */
+#define ND_SM_BIG_PLAIN 3
+#endif
 static __device__ __forceinline__ float nd_sm_exp(float d)
 {
     return ND_SM_EXP_APPROX ? nd_exp_le0(d) : exp2f(d * ND_LOG2E);
@@ -293,6 +296,11 @@ template <bool LOG> struct nd_softmax_op {
      * (nvcc 13, -Xptxas -v); lanes of 4 rows x 16 elements (R * N = 64) spilled 300 bytes, so n
      * counts every row a lane holds. */
     static __host__ __device__ constexpr bool wide_regs(int, int n) { return !LOG && n <= ND_SM_WIDE16; }
+    /* The big block that asks L2 for float32 rows ahead (32768 columns on a fast device) loads x
+     * and stores y with the default cache policy, as torch.compile's kernels do, not evict-first
+     * (nd_big_plain). H200, three alternating rounds, % of the copy ceiling: softmax 97.8 ->
+     * 100.3, log_softmax 97.6 -> 100.3 (bench/results/plain_access_h200.txt, call 3). */
+    static __host__ __device__ constexpr int big_plain(int) { return ND_SM_BIG_PLAIN; }
 
     template <int R, int N, class V, class Ctx>
     static __device__ __forceinline__ void stats(V (&v)[R], State (&st)[R], const Ctx &ctx,

@@ -545,13 +545,13 @@ Test(gpu_rows, rows_of_8192_packs)
         run_case(&c, &rng);
     }
     /* the big block with its L2 prefetch on a fast device (the policies' big_pf): float32 32768
-     * columns half a device-full ahead (the big block without it elsewhere), RMSNorm's loading x
-     * plainly (its big_plain), and RMSNorm's and LayerNorm's 16-bit 65536 (the split kernel
-     * elsewhere) */
+     * columns half a device-full ahead (the big block without it elsewhere), all but LayerNorm's
+     * loading x and storing y plainly (their big_plain), and RMSNorm's and LayerNorm's 16-bit
+     * 65536 (the split kernel elsewhere) */
     static const plan_case big[] = {
-        {ND_OP_RMSNORM, ND_FLOAT32, 32768, 0, "block packs=8 exact pf=4/8 plain-x block="},
-        {ND_OP_SOFTMAX, ND_FLOAT32, 32768, 0, "block packs=8 exact pf=4/8 block="},
-        {ND_OP_LOG_SOFTMAX, ND_FLOAT32, 32768, 0, "block packs=8 exact pf=4/8 block="},
+        {ND_OP_RMSNORM, ND_FLOAT32, 32768, 0, "block packs=8 exact pf=4/8 plain block="},
+        {ND_OP_SOFTMAX, ND_FLOAT32, 32768, 0, "block packs=8 exact pf=4/8 plain block="},
+        {ND_OP_LOG_SOFTMAX, ND_FLOAT32, 32768, 0, "block packs=8 exact pf=4/8 plain block="},
         {ND_OP_LAYERNORM, ND_FLOAT32, 32768, 0, "block packs=8 exact pf=4/8 block="}};
     check_plans(big, sizeof big / sizeof big[0], "block packs=8 exact pf=",
                 "block packs=8 exact block=1024");
