@@ -15,7 +15,7 @@
 #define ND_RMS_TILE_FULL 1
 #endif
 
-#ifndef ND_RMS_BIG_PLAIN /* nd_rmsnorm_op::big_plain: bit 1 x loaded, bit 2 y stored plainly */
+#ifndef ND_RMS_BIG_PLAIN /* nd_rmsnorm_op::big_plain: 1 x loaded plainly, 2 y stored so, 3 both */
 #define ND_RMS_BIG_PLAIN 3
 #endif
 #ifndef ND_RMS_LOOP /* 1: nd_rmsnorm_policy::loop names the rows below; 0: none */

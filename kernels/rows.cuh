@@ -74,7 +74,7 @@
  *   param_l2_last(elem bytes) optional: whether the parameters are loaded with an L2 evict-last
  *                            policy in every kernel (nd_param_l2_last)
  *   big_plain(elem bytes)    optional: how the big block that asks L2 for rows ahead loads x and
- *                            stores y, bits 1 and 2 for plain (nd_big_plain; float32 only)
+ *                            stores y: 1 x plain, 2 y plain, 3 both (nd_big_plain; float32 only)
  */
 #ifndef ND_ROWS_CUH
 #define ND_ROWS_CUH

@@ -256,7 +256,7 @@ static constexpr float ND_LOG2E = 1.4426950408889634f;
 #ifndef ND_SM_EXP_APPROX
 #define ND_SM_EXP_APPROX 1
 #endif
-#ifndef ND_SM_BIG_PLAIN /* nd_softmax_op::big_plain: bit 1 x loaded, bit 2 y stored plainly */
+#ifndef ND_SM_BIG_PLAIN /* nd_softmax_op::big_plain: 1 x loaded plainly, 2 y stored so, 3 both */
 #define ND_SM_BIG_PLAIN 3
 #endif
 static __device__ __forceinline__ float nd_sm_exp(float d)
