@@ -117,7 +117,7 @@ template <class T, int VEC> __host__ __device__ __forceinline__ int nd_grid_offs
  * rounds: most rows off the grid within 2 points, block rows of 4097 columns -9 to -12 (float32
  * RMSNorm 92.9 -> 85.0), 16-bit softmax 1001 79 -> 69 (bench/results/rows_edge_pack_h200.txt). */
 /* PLAIN: whole packs loaded with the default policy (ld.global), not evict-first (the big block
- * that asks L2 for its float32 rows ahead, ND_ROWS_BIG_PF_PLAIN). */
+ * that asks L2 for its float32 rows ahead, where the op says: nd_big_plain). */
 template <class T, int VEC, class I, bool WHOLE = false, bool GRID = false, bool PLAIN = false>
 __device__ __forceinline__ void nd_row_load_words(const T *row, I c0, I cols, float pad, uint32_t *o)
 {
@@ -254,7 +254,7 @@ __device__ __forceinline__ void nd_param_load(const T *p, I c0, I cols, bool vec
     }
 }
 
-/* PLAIN: whole packs stored with the default policy, not evict-first (ND_ROWS_BIG_PF_PLAIN) */
+/* PLAIN: whole packs stored with the default policy, not evict-first (nd_big_plain) */
 template <class T, int VEC, class I, bool WHOLE = false, bool PLAIN = false>
 __device__ __forceinline__ void nd_row_store(T *row, I c0, I cols, bool vec_ok,
                                              const float (&o)[VEC])
