@@ -231,20 +231,63 @@ template <bool KEEP> __device__ __forceinline__ uint4 nd_ldg_keep(const uint4 *p
     return __ldg(p);
 }
 
+/* Element h (0: the low half, 1: the high one) of a 32-bit word of two 16-bit T, widened:
+ * float16 by one conversion of that half; bfloat16 by one shift or mask of the word. Not
+ * __bfloat162float of the element: its cvt.f32.bf16 takes a 16-bit register, so a high half cost
+ * a PRMT to extract it and then the shift (nvcc 13, sm_90). */
+template <class T> __device__ __forceinline__ float nd_half_of(uint32_t u, int h)
+{
+    static_assert(sizeof(T) == 2, "two 16-bit elements a word");
+    if constexpr (std::is_same<T, __half>::value) {
+        __half2 p;
+        memcpy(&p, &u, sizeof p);
+        return h ? __high2float(p) : __low2float(p);
+    } else {
+        return __uint_as_float(h ? (u & 0xffff0000u) : (u << 16));
+    }
+}
+
+/* The N elements of T in w, a pack's word as loaded (nd_word), widened; bfloat16 a 32-bit word
+ * at a time (nd_half_of: one instruction an element, where each element's __bfloat162float took
+ * two for a high half). float16 keeps the element's conversion, already one instruction (HADD2.F32
+ * selects the half). LayerNorm's bfloat16 parameters come through here in the block, split and
+ * lean kernels (the block kernel at 32768 columns: 1473 -> 1402 instructions, where float16's
+ * takes 1400). H200, three alternating rounds, % of the copy ceiling, bfloat16 LayerNorm
+ * (bench/results/bf16_words_h200.txt): 49152x32768 93.2 -> 96.8, 2048x65536 84.2 -> 86.0,
+ * 512x262144 78.7 -> 80.0, 128x1048576 73.7 -> 75.2, 192 columns 89.5 -> 90.8, 384 93.8 -> 94.9;
+ * 2048 98.4 -> 97.3 and 32 98.3 -> 97.6 (warp kernels: the same instructions on their path,
+ * scheduled otherwise); RMSNorm's 16-bit rows within 0.8. */
+template <class T, int N, class W>
+__device__ __forceinline__ void nd_word_floats(const W &w, float (&out)[N])
+{
+    static_assert(sizeof(W) == sizeof(T) * N, "one pack's word");
+    if constexpr (std::is_same<T, __nv_bfloat16>::value && sizeof(W) >= 4) {
+        uint32_t u[sizeof(W) / 4];
+        memcpy(u, &w, sizeof(W));
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            out[i] = nd_half_of<T>(u[i / 2], i & 1);
+    } else {
+        union { W w; nd_pack<T, N> pk; } u;
+        u.w = w;
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            out[i] = nd_to_float(u.pk.v[i]);
+    }
+}
+
 /* Load N elements at p (aligned to N * sizeof(T)) into floats. Read-only path (ld.global.nc);
  * KEEP: a 16-byte pack that many blocks re-read, kept in L2 (nd_ldg_keep). */
 template <class T, int N, bool KEEP = false>
 __device__ __forceinline__ void nd_load_pack(const T *p, float (&out)[N])
 {
     typedef typename nd_word<sizeof(T) * N>::type W;
-    union { W w; nd_pack<T, N> pk; } u;
+    W w;
     if constexpr (KEEP && sizeof(W) == 16)
-        u.w = nd_ldg_keep<true>(reinterpret_cast<const uint4 *>(p));
+        w = nd_ldg_keep<true>(reinterpret_cast<const uint4 *>(p));
     else
-        u.w = __ldg(reinterpret_cast<const W *>(p));
-#pragma unroll
-    for (int i = 0; i < N; i++)
-        out[i] = nd_to_float(u.pk.v[i]);
+        w = __ldg(reinterpret_cast<const W *>(p));
+    nd_word_floats<T, N>(w, out);
 }
 
 /* Same, streaming (evict-first): for data read exactly once, so it does not push parameters or
@@ -253,11 +296,7 @@ template <class T, int N>
 __device__ __forceinline__ void nd_load_pack_stream(const T *p, float (&out)[N])
 {
     typedef typename nd_word<sizeof(T) * N>::type W;
-    union { W w; nd_pack<T, N> pk; } u;
-    u.w = __ldcs(reinterpret_cast<const W *>(p));
-#pragma unroll
-    for (int i = 0; i < N; i++)
-        out[i] = nd_to_float(u.pk.v[i]);
+    nd_word_floats<T, N>(__ldcs(reinterpret_cast<const W *>(p)), out);
 }
 
 /* Store N floats, rounded to T, at p (aligned to N * sizeof(T)). */
@@ -355,16 +394,7 @@ template <class T, int N> struct nd_regrow {
             w[i * 4 + k] = o[k];
     }
     /* element h (0: low half, 1: high) of a word of two 16-bit elements, widened */
-    static __device__ __forceinline__ float half_of(uint32_t u, int h)
-    {
-        if constexpr (std::is_same<T, __half>::value) {
-            __half2 p;
-            memcpy(&p, &u, sizeof p);
-            return h ? __high2float(p) : __low2float(p);
-        } else {
-            return __uint_as_float(h ? (u & 0xffff0000u) : (u << 16));
-        }
-    }
+    static __device__ __forceinline__ float half_of(uint32_t u, int h) { return nd_half_of<T>(u, h); }
     /* the element-wise max of two words of two 16-bit elements (one HMNMX2; as fmaxf, a NaN
      * loses to a number, or with NAN a NaN wins) */
     template <bool NAN_WINS = false>

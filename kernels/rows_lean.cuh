@@ -201,11 +201,8 @@ __global__ void __launch_bounds__(32 * NW, ND_ROWS_LEAN_MIN_WARPS / NW)
                     g[q][j] = q == 0 ? 1.0f : 0.0f;
                 continue;
             }
-            union { uint4 w; nd_pack<T, VEC> pk; } u;
-            u.w = nd_ldg_keep<K>(reinterpret_cast<const uint4 *>(pp[q]) + p);
-#pragma unroll
-            for (int j = 0; j < VEC; j++)
-                g[q][j] = nd_to_float(u.pk.v[j]);
+            nd_word_floats<T, VEC>(nd_ldg_keep<K>(reinterpret_cast<const uint4 *>(pp[q]) + p),
+                                   g[q]);
         }
 #pragma unroll
         for (int r = 0; r < R; r++) {
