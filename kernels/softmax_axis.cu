@@ -95,6 +95,20 @@
  * axis_hold_h200.txt): fewer blocks a tile, each thread holding up to 7 more packs in shared
  * memory (cp.async.cg into its own slots before its register loads), (32,1000,56,56) in clusters
  * of 3 instead of 5, (512,896,4,12) of 2 instead of 4: every such shape lost 4.9-8.6 points.
+ * Nsight Compute (H200, one launch each; bench/results/axis_exp_fma_h200.txt) put the MUFU pipe
+ * at 51-54% of its peak over the 16-bit resident and slab kernels ((8,32768,64), (512,896,4,12)),
+ * float32's resident kernel at 31%, with issue slots 46% / 38% busy and 1.9 / 0.9 eligible warps
+ * a scheduler. Tried on that: one element's exp in every 4, 3 or 2 taken on the FMA pipes instead
+ * (2^t as round(t) into the exponent field and a degree-5 polynomial for the rest, ten
+ * instructions, within 1.7e-7 as ex2.approx is) in the 16-bit slab and resident kernels'
+ * statistics and outputs. Every 16-bit shape it reaches lost, the more the more exps it moved:
+ * 1 in 4, -1.1 to -7.3 points of the copy ceiling ((32,1000,56,56) softmax float16 81.7 ->
+ * 74.4), 1 in 2, up to -11.1. The MUFU is not what these kernels wait on, and ten issue slots for
+ * one is a worse trade. Nor is (512,896,4,12)'s last wave (ncu: 2048 blocks in clusters of 4,
+ * 3 waves of 660 and one of 68): the one-pass slab kernel held to 4 blocks an SM (shared memory
+ * padded; 3.9 waves of 528) moved it -0.3 to -3.0 points, (32,1000,56,56) 16-bit -2.8 to +0.6
+ * and float32 -9, (128,128,16,16) -0.3 to +0.8; 3 blocks an SM lost 4-16 everywhere
+ * (bench/results/axis_slab_blocks_h200.txt).
  */
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -213,8 +227,16 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_RES_BATCH /* rounds a thread folds into its pairs at once (one rescale each) */
 #define ND_AXIS_RES_BATCH 2
 #endif
-#ifndef ND_AXIS_RES_WINDOW /* bulk copies a block keeps in flight (0: all of them at its start) */
-#define ND_AXIS_RES_WINDOW 6
+/* Bulk copies a block of the resident kernel keeps in flight (0: all of them at its start): W at
+ * its start, then up to W + ND_AXIS_RES_BATCH rounds past the one it folds. H200, against 6 (the
+ * H100's pick), (8,32768,64) ax1, % of the same-run copy ceiling (bench/results/
+ * axis_res_window_h200.txt): 4, six alternating rounds, 16-bit 64.5-65.0 -> 65.2-65.9 (every round
+ * above every round of 6), float32 70.2-71.2 -> 70.4-71.6; in an earlier call, three rounds,
+ * medians: 4 moved 16-bit +0.1 to +1.2, 3 -0.4 to +0.2, 8 -2.3 to -2.7 (12 had lost 7,
+ * axis_knobs_h200.txt), and folds of 4 rounds (ND_AXIS_RES_BATCH 4) -0.7 to +0.3, float32 -0.8
+ * to -1.0. */
+#ifndef ND_AXIS_RES_WINDOW
+#define ND_AXIS_RES_WINDOW 4
 #endif
 /* Which resident launches empty their workspace themselves (res_clears): 0 none, 1 16-bit,
  * 2 all; the others are preceded by a memset of it. */
