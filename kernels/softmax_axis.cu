@@ -95,7 +95,7 @@
  * axis_hold_h200.txt): fewer blocks a tile, each thread holding up to 7 more packs in shared
  * memory (cp.async.cg into its own slots before its register loads), (32,1000,56,56) in clusters
  * of 3 instead of 5, (512,896,4,12) of 2 instead of 4: every such shape lost 4.9-8.6 points.
- * Nsight Compute (H200, one launch each; bench/results/axis_exp_fma_h200.txt) put the MUFU pipe
+ * Nsight Compute (H200, one launch each; bench/results/axis_exp_poly_h200.txt) put the MUFU pipe
  * at 51-54% of its peak over the 16-bit resident and slab kernels ((8,32768,64), (512,896,4,12)),
  * float32's resident kernel at 31%, with issue slots 46% / 38% busy and 1.9 / 0.9 eligible warps
  * a scheduler. Tried on that: one element's exp in every 4, 3 or 2 taken on the FMA pipes instead
