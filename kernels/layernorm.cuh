@@ -174,6 +174,11 @@
 #ifndef ND_LN_BIG_ONE_ROUND
 #define ND_LN_BIG_ONE_ROUND 1
 #endif
+/* 1: float32 rows of 32768 columns on a fast device take the big block's grid twin rather than
+ * its exact twin (nd_layernorm_policy::exact says what was measured); 0: the exact twin */
+#ifndef ND_LN_BIG32_GRID
+#define ND_LN_BIG32_GRID 1
+#endif
 /* nd_layernorm_policy::loop: 1 as measured (float32 8192 columns); 2 rows of 512, 1024, 1280,
  * 1536, 2048 and 4096 packs on the grid (A/B runs); 0 none */
 #ifndef ND_LN_LOOP
@@ -364,6 +369,16 @@ struct nd_layernorm_policy : nd_norm_policy {
                        (w == 32 && ((packs == 3 && !exact) || packs == 4));
         return elem_bytes == 2 && fast && g && full ? 2 : 0;
     }
+    /* On a fast device, float32 rows of 32768 columns take the big block's grid twin rather than
+     * its exact twin (ND_LN_BIG32_GRID): with the prefetch the exact twin takes 64 registers and
+     * spills 8 bytes, the grid twin 61 and none. H200, four alternating rounds in each of two
+     * calls, % of the copy ceiling: 93.1-93.3 -> 94.8-95.1 (-DND_ROWS_EXACT=0) and 93.6-93.8 ->
+     * 95.1-95.2 (this knob); at 16384 columns (the plain block) the exact twin stays ahead, 99.0
+     * against 98.3 (bench/results/ln_big32_grid_h200.txt). */
+    static constexpr bool exact(int elem_bytes, int cols, bool fast)
+    {
+        return !(ND_LN_BIG32_GRID && fast && elem_bytes == 4 && cols == 32768);
+    }
     /* float32 rows of 4097-8192 packs take one block of 1024 threads a row, not the split kernel's
      * chunks (H100, three alternating rounds against the split kernel, % of the copy ceiling,
      * float32 49152 rows of 20480 / 24576 / 28672 / 32768 columns, 5-8 packs a thread;
@@ -382,8 +397,9 @@ struct nd_layernorm_policy : nd_norm_policy {
      * three alternating rounds against the split kernel in each of two calls (bench/results/
      * rows_big_pf_h200.txt), % of the copy ceiling: float32 89.7 -> 91.6 and 90.2 -> 93.8,
      * float16 / bfloat16 85.6 / 81.7 -> 86.5 / 84.7 and 85.6 / 81.3 -> 85.6 / 84.8 (the big
-     * block alone: 16-bit 85.8 / 81.7 -> 80.8 / 76.7, float32 90.2 -> 90.3). float32 stays ~6
-     * points below RMSNorm's same block (93.8 against 100.4, goals_h200_70418de.txt), and not for
+     * block alone: 16-bit 85.8 / 81.7 -> 80.8 / 76.7, float32 90.2 -> 90.3). float32 stayed ~6
+     * points below RMSNorm's same block (93.8 against 100.4, goals_h200_70418de.txt; 95.1 since
+     * the grid twin, exact above), and not for
      * its second parameter: with beta read from gamma's lines (a probe, wrong results) it ran
      * 93.8 -> 93.9 (bench/results/ln_beta_probe_h200.txt). */
     static constexpr int big_pf(int elem_bytes, int packs, bool fast)

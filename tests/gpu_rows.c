@@ -551,10 +551,13 @@ Test(gpu_rows, rows_of_8192_packs)
     static const plan_case big[] = {
         {ND_OP_RMSNORM, ND_FLOAT32, 32768, 0, "block packs=8 exact pf=4/8 plain block="},
         {ND_OP_SOFTMAX, ND_FLOAT32, 32768, 0, "block packs=8 exact pf=4/8 plain block="},
-        {ND_OP_LOG_SOFTMAX, ND_FLOAT32, 32768, 0, "block packs=8 exact pf=4/8 plain block="},
-        {ND_OP_LAYERNORM, ND_FLOAT32, 32768, 0, "block packs=8 exact pf=4/8 block="}};
+        {ND_OP_LOG_SOFTMAX, ND_FLOAT32, 32768, 0, "block packs=8 exact pf=4/8 plain block="}};
     check_plans(big, sizeof big / sizeof big[0], "block packs=8 exact pf=",
                 "block packs=8 exact block=1024");
+    /* LayerNorm's float32 32768 on a fast device: the big block's grid twin (its policy's exact) */
+    static const plan_case big_ln[] = {
+        {ND_OP_LAYERNORM, ND_FLOAT32, 32768, 0, "block packs=8 whole-packs pf=4/8 block="}};
+    check_plans(big_ln, 1, "block packs=8 whole-packs pf=", "block packs=8 exact block=1024");
     static const plan_case big16[] = {
         {ND_OP_RMSNORM, ND_FLOAT16, 65536, 0, "block packs=8 exact pf="},
         {ND_OP_LAYERNORM, ND_BFLOAT16, 65536, 0, "block packs=8 exact pf="}};
