@@ -284,6 +284,19 @@ namespace cg = cooperative_groups;
 #ifndef ND_AXIS_SLAB_FOLD_NARY
 #define ND_AXIS_SLAB_FOLD_NARY 1
 #endif
+/* The one-pass slab kernel: each column's output factor (log(sum) for log_softmax, -log2(sum)
+ * for softmax, nd_exp_div_factor) taken once a column in slab_allreduce (its FIN), or by every
+ * thread for each of its VEC columns after it, the same for every thread of a pack-column: at
+ * 16-bit, 8 accurate logfs a thread between its loads and its first store. 1: once for 16-bit
+ * log_softmax (as measured); 0: never; 2: every slab kernel (A/B runs). H200, four alternating
+ * rounds against 0, % of the copy ceiling, float16 / bfloat16 log_softmax: (128,128,16,16) ax0
+ * 79.0-79.7 / 76.8-77.0 -> 82.2-82.8 / 80.9-81.3 (one block a slab: col's pass and its barrier),
+ * (512,896,4,12) ax1 76.8-77.9 / 77.2-77.5 -> 80.0-80.4 / 79.4-80.1, (32,1000,56,56) ax1 +1.0 /
+ * +1.7 (clusters: in fin, no barrier more). Softmax's lg2.approx and float32's 4 logfs gained
+ * nothing that held, and in one block lost 0.3-2.2 (bench/results/axis_fin_once_h200.txt). */
+#ifndef ND_AXIS_SLAB_FIN_ONCE
+#define ND_AXIS_SLAB_FIN_ONCE 1
+#endif
 /* The two-pass slab path (softmax_axis_slab_stats / merge) keeps slab_allreduce's old form and
  * the branching merge (1: its code as before these knobs), or takes the one-pass kernel's (0).
  * H100, three alternating rounds: with the one-pass kernel's changes (8,32768,64) 16-bit fell
@@ -1004,8 +1017,17 @@ template <int VEC> __device__ __forceinline__ void slab_read_cols(const float *p
  * time), for the two-pass path's statistics kernel (ND_AXIS_SLAB_SPLIT_OLD_FOLD).
  * The caller gives parts = blockDim.x / q (threads a pack-column in the block) and tq = this
  * thread's threadIdx.x / q, divisions it has made already or the host made for it.
+ * FIN: each column's sum as handed back, the sum itself (0) or its output factor (slab_fin:
+ * 1 softmax's -log2(sum), 2 log_softmax's log(sum)), taken once a column by the thread that
+ * finishes its pair into fin (a cluster; col stays the raw pair there: the other ranks read
+ * it), or for one block in a pass over col after its pairs are written (a barrier more).
  */
-template <int VEC, bool TUNED = true, class Op>
+template <int FIN> __device__ __forceinline__ float slab_fin(float s)
+{
+    return FIN == 2 ? logf(s) : FIN == 1 ? nd_exp_div_factor(s) : s;
+}
+
+template <int VEC, bool TUNED = true, int FIN = 0, class Op>
 __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *red, float *col,
                                                float *fin, const slab_geom &g, int cp, int parts,
                                                int tq, Op op)
@@ -1138,7 +1160,7 @@ __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *re
             }
 #pragma unroll
             for (int k = 0; k < K; k++)
-                fin[k * g.inner + c] = a[k];
+                fin[k * g.inner + c] = k == K - 1 ? slab_fin<FIN>(a[k]) : a[k];
         }
         __syncthreads();
         /* the remote reads are done (their values were stored to fin before the barrier): this
@@ -1146,6 +1168,11 @@ __device__ __forceinline__ void slab_allreduce(float (&v)[Op::K][VEC], float *re
         if (TUNED && ND_AXIS_SLAB_LEAVE_SPLIT)
             nd_cluster_arrive_relaxed();
         res = fin;
+    } else if constexpr (FIN != 0) {
+        /* one block: col is this block's alone; its sums become factors in place */
+        for (int c = t; c < g.inner; c += nt)
+            col[(K - 1) * g.inner + c] = slab_fin<FIN>(col[(K - 1) * g.inner + c]);
+        __syncthreads();
     }
 #pragma unroll
     for (int k = 0; k < K; k++)
@@ -1291,17 +1318,22 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
             }
     }
     slab_fence<KP>(v);
-    slab_allreduce<VEC>(ms, red, col, fin, g, cp, g.block_rows, tq, op_online());
-    /* f: log(sum) (log_softmax), -log2(sum) (softmax, nd_exp_div); softmax's kept exps take
+    constexpr bool ONCE = ND_AXIS_SLAB_FIN_ONCE == 2 ||
+                          (ND_AXIS_SLAB_FIN_ONCE == 1 && LOG && VEC == 8);
+    constexpr int FIN = ONCE ? (LOG ? 2 : 1) : 0;
+    slab_allreduce<VEC, true, FIN>(ms, red, col, fin, g, cp, g.block_rows, tq, op_online());
+    /* f: log(sum) (log_softmax), -log2(sum) (softmax, nd_exp_div), from slab_allreduce where
+     * FIN (ND_AXIS_SLAB_FIN_ONCE), else taken here; softmax's kept exps take
      * k = exp(mt - m) / sum, mt this thread's own max of the column, read back from red
      * (slab_allreduce leaves each thread's own pairs there: 8 registers fewer live across the
      * all-reduce, where they spilled 48 bytes at 4 packs). mt - m <= 0, except where this
      * thread's packs of the column are all -inf (their exps 0; mt is taken as 0, and exp(0 -
      * m) could overflow: k is then 1 / sum, so the outputs are 0, or NaN where the whole column
      * is -inf, as the exps taken again give) or where m is NaN or inf (k NaN, as those). */
+    if constexpr (FIN == 0)
 #pragma unroll
-    for (int j = 0; j < VEC; j++)
-        s[j] = LOG ? logf(s[j]) : nd_exp_div_factor(s[j]);
+        for (int j = 0; j < VEC; j++)
+            s[j] = LOG ? logf(s[j]) : nd_exp_div_factor(s[j]);
     if constexpr (KP > 0) {
         float k[VEC]; /* the kept packs' factor: k (softmax), f (log_softmax) */
         if constexpr (LOG) {
