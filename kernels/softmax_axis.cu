@@ -292,8 +292,9 @@ namespace cg = cooperative_groups;
  * rounds against 0, % of the copy ceiling, float16 / bfloat16 log_softmax: (128,128,16,16) ax0
  * 79.0-79.7 / 76.8-77.0 -> 82.2-82.8 / 80.9-81.3 (one block a slab: col's pass and its barrier),
  * (512,896,4,12) ax1 76.8-77.9 / 77.2-77.5 -> 80.0-80.4 / 79.4-80.1, (32,1000,56,56) ax1 +1.0 /
- * +1.7 (clusters: in fin, no barrier more). Softmax's lg2.approx and float32's 4 logfs gained
- * nothing that held, and in one block lost 0.3-2.2 (bench/results/axis_fin_once_h200.txt). */
+ * +1.6 on median (clusters: in fin, no barrier more). Softmax's lg2.approx and float32's 4
+ * logfs gained nothing that held, and in one block lost 0.3-2.2
+ * (bench/results/axis_fin_once_h200.txt). */
 #ifndef ND_AXIS_SLAB_FIN_ONCE
 #define ND_AXIS_SLAB_FIN_ONCE 1
 #endif
