@@ -399,9 +399,9 @@ struct nd_layernorm_policy : nd_norm_policy {
      * float16 / bfloat16 85.6 / 81.7 -> 86.5 / 84.7 and 85.6 / 81.3 -> 85.6 / 84.8 (the big
      * block alone: 16-bit 85.8 / 81.7 -> 80.8 / 76.7, float32 90.2 -> 90.3). float32 stayed ~6
      * points below RMSNorm's same block (93.8 against 100.4, goals_h200_70418de.txt; 95.1 since
-     * the grid twin, exact above), and not for
-     * its second parameter: with beta read from gamma's lines (a probe, wrong results) it ran
-     * 93.8 -> 93.9 (bench/results/ln_beta_probe_h200.txt). */
+     * the grid twin, exact above), and not for its second parameter: with beta read from
+     * gamma's lines (a probe, wrong results) it ran 93.8 -> 93.9
+     * (bench/results/ln_beta_probe_h200.txt). */
     static constexpr int big_pf(int elem_bytes, int packs, bool fast)
     {
         return packs == 8 && fast ? (elem_bytes == 4 ? ND_ROWS_BIG_PF32 : 8) : 0;

@@ -1334,7 +1334,7 @@ softmax_axis_slab(const T *__restrict__ x, T *__restrict__ y, slab_geom g)
     if constexpr (FIN == 0)
 #pragma unroll
         for (int j = 0; j < VEC; j++)
-            s[j] = LOG ? logf(s[j]) : nd_exp_div_factor(s[j]);
+            s[j] = slab_fin<LOG ? 2 : 1>(s[j]);
     if constexpr (KP > 0) {
         float k[VEC]; /* the kept packs' factor: k (softmax), f (log_softmax) */
         if constexpr (LOG) {
