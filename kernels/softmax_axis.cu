@@ -246,7 +246,12 @@ namespace cg = cooperative_groups;
 /* Where a self-clearing resident launch (res_clears) waits at its grid barrier: 1 after its
  * statistics, before it publishes; 0 once its register rounds are folded. 1 lost 2-2.5 points
  * at (8,32768,64) 16-bit on an H200: the statistics end 4 us sooner, but the barrier then takes
- * 3-5 us past the last arrival (bench/results/res_phases_h200.txt). */
+ * 3-5 us past the last arrival (bench/results/res_phases_h200.txt). Nor does the barrier hold the
+ * load phase back: split in two (a block arrives once its words are empty, before its first fold,
+ * and waits only once it has asked for its last bulk copy; bench/res_split_sync.patch) 16-bit lost
+ * 2.2-3.5 points in every round, and wider windows under it more (bench/results/
+ * res_split_sync_h200.txt): it paces the blocks whose data comes first, and the slab waits for
+ * its slowest segment either way. */
 #ifndef ND_AXIS_RES_SYNC_LATE
 #define ND_AXIS_RES_SYNC_LATE 0
 #endif
