@@ -844,11 +844,15 @@ __device__ __forceinline__ unsigned long long nd_split_load(const unsigned long 
     return v;
 }
 
-/* The word at p once its publisher has written it (spinning while it is ND_SPLIT_EMPTY). */
+/* The word at p once its publisher has written it (spinning while it is ND_SPLIT_EMPTY; SLEEP:
+ * nanoseconds to sleep between two looks, 0 none). */
+template <int SLEEP = 0>
 __device__ __forceinline__ unsigned long long nd_split_wait(const unsigned long long *p)
 {
     unsigned long long v;
     while ((v = nd_split_load(p)) == ND_SPLIT_EMPTY) {
+        if constexpr (SLEEP > 0)
+            __nanosleep(SLEEP);
     }
     return v;
 }

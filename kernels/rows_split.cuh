@@ -116,6 +116,11 @@
  * SM and no wait on other blocks. Lower at every such shape: 16-bit 2048x65536 3-27 points
  * below this kernel (bfloat16 spilled at 64 registers), float32 49152x32768 1.5-8 below the big
  * block.
+ * Tried (H200, bench/split_polls.patch, bench/results/split_polls_h200.txt): the waiting lanes
+ * keeping four looks at their words in flight, a quarter of an L2 round trip apart, so a word is
+ * seen sooner after it lands: softmax and log_softmax lost 1-3 points, RMSNorm up to 2.6,
+ * LayerNorm (spilling 8-80 bytes for the looks' registers) 1-17. Seeing the word sooner is not
+ * what these rows lose.
  */
 #ifndef ND_ROWS_SPLIT_CUH
 #define ND_ROWS_SPLIT_CUH
@@ -259,7 +264,7 @@ __device__ __forceinline__ void nd_split_load2(const unsigned long long *p, unsi
 /* Wait for and combine every chunk's slot of one round, in a fixed order, in one warp: lane l
  * folds chunks l, l + 32, ... in order (spinning on each word until it is written), then a
  * shuffle tree (lane i takes lane i + off) leaves the result in lane 0, which every lane takes. */
-template <int K, class O>
+template <int K, int SLEEP = 0, class O>
 __device__ __forceinline__ void nd_split_gather(float (&v)[K], O op, const unsigned long long *slots,
                                                 int chunks)
 {
@@ -272,7 +277,7 @@ __device__ __forceinline__ void nd_split_gather(float (&v)[K], O op, const unsig
                 nd_split_load2(slots + c * ND_SPLIT_WORDS, w[0], w[1]);
             while (w[0] == ND_SPLIT_EMPTY || w[1] == ND_SPLIT_EMPTY);
         } else {
-            w[0] = nd_split_wait(slots + c * ND_SPLIT_WORDS);
+            w[0] = nd_split_wait<SLEEP>(slots + c * ND_SPLIT_WORDS);
         }
         float b[K];
 #pragma unroll
@@ -306,10 +311,19 @@ struct nd_split_smem {
     float bcast[2][ND_SPLIT_K]; /* the row's result, by round parity (see nd_block_reduce_smem) */
 };
 
+/* Nanoseconds an Op's chunk blocks that do not prefetch sleep between two looks at a word not yet
+ * written: Op::kSplitSleep where it names one, else 0 (spin). */
+template <class Op, class = void> struct nd_split_sleep {
+    static constexpr int value = 0;
+};
+template <class Op> struct nd_split_sleep<Op, std::void_t<decltype(Op::kSplitSleep)>> {
+    static constexpr int value = Op::kSplitSleep;
+};
+
 /* The Ctx of a chunk block (see the Op interface in rows.cuh). Thread t's pack i is pack
  * g + i * THREADS of the row, g = chunk * THREADS * PACKS + t. WH (ND_ROWS_SPLIT_EXACT): the row
- * is whole chunks on the 16-byte grid, every pack whole. */
-template <int VEC, int PACKS, int THREADS, bool WH = false>
+ * is whole chunks on the 16-byte grid, every pack whole. SLEEP: nd_split_sleep's. */
+template <int VEC, int PACKS, int THREADS, bool WH = false, int SLEEP = 0>
 struct nd_split_ctx : nd_group_row<VEC, PACKS, WH> {
     static constexpr int kKind = ND_CTX_CROSS_BLOCK;
     int row;  /* rows * chunks < 2^31 */
@@ -342,7 +356,7 @@ struct nd_split_ctx : nd_group_row<VEC, PACKS, WH> {
                 nd_prefetch_l2(pf, pf_bytes);
         }
         if (threadIdx.x < 32) {
-            nd_split_gather<K>(v, op, slots, ws.chunks);
+            nd_split_gather<K, SLEEP>(v, op, slots, ws.chunks);
             if (threadIdx.x == 0) {
 #pragma unroll
                 for (int i = 0; i < K; i++)
@@ -411,7 +425,7 @@ nd_rows_split_kernel(nd_rows_args<T> a, typename Op::Params prm, nd_split_ws ws)
         ticket = atomicAdd(ws.ticket, 1u) + 1u;
     __syncthreads();
     int round = 0;
-    nd_split_ctx<VEC, PACKS, THREADS, WH> ctx;
+    nd_split_ctx<VEC, PACKS, THREADS, WH, PF8 == 0 ? nd_split_sleep<Op>::value : 0> ctx;
     ctx.row = (int)(ticket / (unsigned)ws.chunks);
     ctx.g = (int)(ticket % (unsigned)ws.chunks) * (THREADS * PACKS) + (int)threadIdx.x;
     ctx.G = THREADS; /* pack i of this thread: g + i * THREADS */

@@ -37,6 +37,9 @@
 #ifndef ND_LSM_SUB_FULL16 /* nd_softmax_policy<true>::sub_full(2) */
 #define ND_LSM_SUB_FULL16 16
 #endif
+#ifndef ND_LSM_SPLIT_SLEEP /* nd_softmax_op<true>::kSplitSleep (0: spin) */
+#define ND_LSM_SPLIT_SLEEP 500
+#endif
 #ifndef ND_SM_SPLIT_THREADS /* nd_softmax_policy::split_threads: threads of a split chunk block */
 #define ND_SM_SPLIT_THREADS 256
 #endif
@@ -275,6 +278,15 @@ struct nd_softmax_params {
 template <bool LOG> struct nd_softmax_op {
     static constexpr float kPad = -INFINITY;
     static constexpr int kParams = 0;
+    /* Rows of 2-15 chunks in the split kernel (rows_split.cuh, nd_split_sleep): log_softmax's
+     * waiting lanes sleep ND_LSM_SPLIT_SLEEP ns between two looks at a chunk's word not yet
+     * written; softmax's spin. H200, three alternating rounds against spinning (bench/results/
+     * split_sleep_h200.txt), % of the copy ceiling: log_softmax 2048x65536 float16 88.9-89.3 ->
+     * 90.5-90.8, bfloat16 89.0-89.2 -> 90.4-90.9, float32 89.8-90.9 -> 90.6-91.3; in the
+     * prefetching kernel (16 chunks or more) it moved 512x262144 within half a point on median
+     * and 128x1048576 16-bit -0.8 / -0.9, and softmax 16-bit 2048x65536 lost 2 with it, so
+     * neither takes it. */
+    static constexpr int kSplitSleep = LOG ? ND_LSM_SPLIT_SLEEP : 0;
     typedef nd_softmax_params Params;
     /* register path: softmax k = exp(mt - m) / s (this thread's scale) and, for 16-bit rows,
      * m = mt (y = exp(x - mt) * k is recomputed: packing the exponentials back into 16-bit
