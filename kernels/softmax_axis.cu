@@ -1612,7 +1612,10 @@ template <class T> __device__ __forceinline__ uint4 res_empty_pack()
 
 /* N packs of a thread (N rounds, the same VEC columns) into its per-column pairs (m, s): the
  * batch's max rescales s once, then one exp an element against the new max. An all -inf column
- * stays (-inf, 0). */
+ * stays (-inf, 0). H200, four alternating rounds at (8,32768,64) (bench/results/res_fold_h200.txt,
+ * bench/res_fixed_ref.patch): with no exps at all (a probe, wrong results) 16-bit gained only
+ * 1.5-2 points, and batches summed against the pair's m as it stands (no rescale while no lane's
+ * new values pass it by 64: a third fewer exps) moved nothing; the exps are not the bound. */
 template <class T, int VEC, int N>
 __device__ __forceinline__ void res_fold(float (&m)[VEC], float (&s)[VEC], const uint4 (&w)[N])
 {
