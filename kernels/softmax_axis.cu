@@ -1538,8 +1538,9 @@ softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float 
  * b / nseg: `rounds` rounds of 1024 consecutive packs, thread t holding packs begin + i * 1024 + t,
  * always the same VEC columns (q divides 32). Of a segment's rounds,
  *   - the first reg_rounds come to registers (16-byte streaming loads: read once);
- *   - the next smem_rounds come to shared memory by bulk copies (one mbarrier a round, an
- *     evict-first policy), ND_AXIS_RES_WINDOW rounds in flight, so they land in order and the
+ *   - the next smem_rounds come to shared memory by bulk copies (16-bit: one mbarrier a round,
+ *     an evict-first policy) or by each thread's cp.async of its own slots (float32:
+ *     res_cpasync), ND_AXIS_RES_WINDOW rounds in flight, so they land in order and the
  *     statistics of the first overlap the loads of the rest;
  *   - the rest (float32 only, at these sizes) are streamed: read in the statistics pass and
  *     again in the output pass, which takes them first, while they are still in L2.
@@ -1586,6 +1587,38 @@ softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float 
  * cooperative launch in clusters of 4 or more (bench/cluster_probe.cu).
  */
 constexpr int kResThreads = 1024, kResMaxSmemRounds = 16, kResMaxCols = 64, kResStaticSmem = 1024;
+
+/* How a resident block's shared-memory rounds come (res_cpasync): by cp.async, each thread its own
+ * 16-byte slot of each round (the slots it alone reads back), a commit group a round, the same
+ * window of rounds in flight; or by one bulk copy a round on an mbarrier. 0: bulk copies; 1:
+ * cp.async for float32, bulk copies for 16-bit; 2: cp.async for all. H200, four alternating rounds
+ * at (8,32768,64) ax1 against bulk copies (bench/results/res_cpasync_h200.txt), % of the copy
+ * ceiling: float32 softmax 71.0-71.3 -> 72.5-72.6, log_softmax 69.9-70.3 -> 71.8-72.0; 16-bit
+ * 1-2 lower (softmax float16 65.1-65.3 -> 63.4-63.6), and 3-5 lower with 8 rounds in flight. */
+#ifndef ND_AXIS_RES_CPASYNC
+#define ND_AXIS_RES_CPASYNC 1
+#endif
+template <class T> __host__ __device__ constexpr bool res_cpasync()
+{
+    return ND_AXIS_RES_CPASYNC == 2 || (ND_AXIS_RES_CPASYNC == 1 && sizeof(T) == 4);
+}
+/* Wait until at most n of this thread's cp.async groups are pending (fewer where n > 6). */
+__device__ __forceinline__ void res_cp_wait(int n)
+{
+    switch (n) {
+    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    default:
+        if (n > 6)
+            asm volatile("cp.async.wait_group 6;" ::: "memory");
+        else
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+    }
+}
 
 struct slab_res {
     int nseg;        /* segments (blocks) a slab */
@@ -1687,8 +1720,20 @@ softmax_axis_slab_res(const T *__restrict__ x, T *__restrict__ y, unsigned long 
         rv[i] = i < r.reg_rounds && p < end ? __ldcs(xs + p) : res_empty_pack<T>();
     }
     __syncthreads(); /* the barriers are initialised */
-    int issued = 0;  /* thread 0: bulk copies asked for */
+    int issued = 0;  /* thread 0 (every thread, res_cpasync): rounds asked for */
     auto issue_to = [&](int lim) {
+        if constexpr (res_cpasync<T>()) {
+            for (; issued < lim && issued < nsm; issued++) {
+                const int p = begin + (sm0 + issued) * NT + t;
+                if (p < end) {
+                    const unsigned sa = (unsigned)__cvta_generic_to_shared(res_x + issued * NT + t);
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(xs + p)
+                                 : "memory");
+                }
+                asm volatile("cp.async.commit_group;" ::: "memory");
+            }
+            return;
+        }
         if (t == 0)
             for (; issued < lim && issued < nsm; issued++) {
                 const int p = begin + (sm0 + issued) * NT, n = min(NT, end - p);
@@ -1715,7 +1760,10 @@ softmax_axis_slab_res(const T *__restrict__ x, T *__restrict__ y, unsigned long 
         for (int u = 0; u < B; u++) {
             w[u] = res_empty_pack<T>();
             if (i + u < nsm) {
-                nd_mbar_wait(&bar[i + u], 0);
+                if constexpr (res_cpasync<T>())
+                    res_cp_wait(issued - (i + u + 1));
+                else
+                    nd_mbar_wait(&bar[i + u], 0);
                 if (begin + (sm0 + i + u) * NT + t < end)
                     w[u] = res_x[(i + u) * NT + t];
             }
