@@ -815,6 +815,23 @@ __device__ __forceinline__ void nd_bulk_load(void *dst, const void *src, unsigne
     }
 }
 
+/* cp.async (sm_80+): 16 bytes from global to this thread's shared-memory slot, bypassing L1;
+ * copies are grouped by commit and waited for by group (the row engine's prefetch, the resident
+ * slabs' float32 rounds). */
+__device__ __forceinline__ void nd_cp_async16(uint4 *smem, const void *g)
+{
+    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g) : "memory");
+}
+__device__ __forceinline__ void nd_cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void nd_cp_async_wait_all()
+{
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Flag words: 64-bit words that blocks of one launch publish to each other in global memory.
  * st/ld.relaxed.gpu.b64 are single-copy atomic, so a word is its own flag: the workspace starts

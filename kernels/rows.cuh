@@ -140,22 +140,9 @@ __device__ __forceinline__ void nd_row_load_words(const T *row, I c0, I cols, fl
     o[3] = u.w.w;
 }
 
-/* Prefetch of the next row into shared memory (cp.async, sm_80+), so its loads are in flight
- * while the current row is reduced and written. Each thread copies and later reads only its own
- * 16-byte slots: cp.async.wait_all is the only synchronisation needed. */
-__device__ __forceinline__ void nd_cp_async16(uint4 *smem, const void *g)
-{
-    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g) : "memory");
-}
-__device__ __forceinline__ void nd_cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void nd_cp_async_wait_all()
-{
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
+/* Prefetch of the next row into shared memory (cp.async: nd_cp_async16), so its loads are in
+ * flight while the current row is reduced and written. Each thread copies and later reads only
+ * its own 16-byte slots: cp.async.wait_all is the only synchronisation needed. */
 
 /* One pack of a row into its slot: a full pack by cp.async, a partial one (the row's ends) by
  * element loads and a shared-memory store. */

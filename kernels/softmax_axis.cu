@@ -1725,12 +1725,9 @@ softmax_axis_slab_res(const T *__restrict__ x, T *__restrict__ y, unsigned long 
         if constexpr (res_cpasync<T>()) {
             for (; issued < lim && issued < nsm; issued++) {
                 const int p = begin + (sm0 + issued) * NT + t;
-                if (p < end) {
-                    const unsigned sa = (unsigned)__cvta_generic_to_shared(res_x + issued * NT + t);
-                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(xs + p)
-                                 : "memory");
-                }
-                asm volatile("cp.async.commit_group;" ::: "memory");
+                if (p < end)
+                    nd_cp_async16(res_x + issued * NT + t, xs + p);
+                nd_cp_async_commit();
             }
             return;
         }
