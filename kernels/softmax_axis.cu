@@ -1584,7 +1584,11 @@ softmax_axis_slab_apply(const T *__restrict__ x, T *__restrict__ y, const float 
  * barrier moved 16-bit -0.5 to 0, the barrier after the statistics -2 to -2.5
  * (ND_AXIS_RES_SYNC_LATE). Each slab's segments as one thread-block cluster cannot run here: the
  * H200 holds 7 clusters of 16 whole-SM blocks at once (8 slabs needed), 15 of 8, and refuses a
- * cooperative launch in clusters of 4 or more (bench/cluster_probe.cu).
+ * cooperative launch in clusters of 4 or more (bench/cluster_probe.cu). Nor is the load phase
+ * slow for its order: 128 load-only blocks reading 256 KB segments from their first round run as
+ * fast as reading a copy's window (bench/stride_probe.cu, 3.06-3.17 TB/s against 3.17-3.20, launch
+ * gaps included), and each segment read from its own round on, wrapping around (bench/
+ * res_rotate.patch), lost 1.0-2.4 points at 16-bit, 0.3-0.7 at float32 (res_rotate_h200.txt).
  */
 constexpr int kResThreads = 1024, kResMaxSmemRounds = 16, kResMaxCols = 64, kResStaticSmem = 1024;
 
