@@ -121,6 +121,11 @@
  * seen sooner after it lands: softmax and log_softmax lost 1-3 points, RMSNorm up to 2.6,
  * LayerNorm (spilling 8-80 bytes for the looks' registers) 1-17. Seeing the word sooner is not
  * what these rows lose.
+ * Tried (H200, bench/split_stagger.patch, bench/results/split_stagger_h200.txt): the first wave's
+ * blocks starting their loads up to 3 or 6 us apart, in case a device-full of blocks loads, then
+ * waits, in step: softmax +0.3 to +1.9 points at eight of nine long shapes, RMSNorm -2 to -4.5 at
+ * 16-bit 128x1048576 (the delay itself, never won back), the rest within 0.6. The waves do not
+ * run in step enough to matter.
  */
 #ifndef ND_ROWS_SPLIT_CUH
 #define ND_ROWS_SPLIT_CUH
