@@ -203,10 +203,19 @@ template <bool LOG> struct nd_softmax_policy {
      * calls, float16 94.9 -> 96.7 and 94.6 -> 96.0, bfloat16 95.0 -> 94.9 and 94.7 -> 94.2; x
      * torch.compile (round 1) float16 1.09 -> 1.11 and 1.07 -> 1.09, bfloat16 1.17 / 1.19 both
      * ways (lean_short_h200.txt call 4, lean_ls256_h200.txt); in a third, float16 94.6 -> 96.2,
-     * bfloat16 94.5 both ways. 16 x 1 x 1 ran at 81. */
+     * bfloat16 94.5 both ways. 16 x 1 x 1 ran at 81.
+     * float32 rows of 64 columns (16 packs) take the exact twin in 8 lanes x 2 rows x 4 warps, as
+     * LayerNorm's and RMSNorm's do, against the tile kernel (8 lanes x 2 packs, 16 rows, 2 tiles,
+     * 8 KB of shared memory): H200, four alternating rounds, softmax / log_softmax 94.7-95.0 /
+     * 94.8-95.1 -> 99.3-99.8 / 98.8-99.3 (8 x 4 x 1: 96.4-96.7 / 98.2-98.5; bench/results/
+     * lean_sm32_h200.txt). Not measured on another device. */
     static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
     {
-        if (ND_SM_LEAN == 0 || elem_bytes != 2 || (!fast && ND_SM_LEAN != 2))
+        if (ND_SM_LEAN == 0 || (!fast && ND_SM_LEAN != 2))
+            return 0;
+        if (elem_bytes == 4)
+            return packs == 16 ? nd_lean_code(8, 2, 4) : 0;
+        if (elem_bytes != 2)
             return 0;
         return packs == 128            ? nd_lean_code(32, 1, 1)
                : packs == 64 && !LOG ? nd_lean_code(32, 1, 4)
