@@ -208,7 +208,9 @@ template <bool LOG> struct nd_softmax_policy {
      * LayerNorm's and RMSNorm's do, against the tile kernel (8 lanes x 2 packs, 16 rows, 2 tiles,
      * 8 KB of shared memory): H200, four alternating rounds, softmax / log_softmax 94.7-95.0 /
      * 94.8-95.1 -> 99.3-99.8 / 98.8-99.3 (8 x 4 x 1: 96.4-96.7 / 98.2-98.5; bench/results/
-     * lean_sm32_h200.txt). Not measured on another device. */
+     * lean_sm32_h200.txt). Not measured on another device. At 128 columns (32 packs), against the
+     * warp kernel's exact twin (96.0-96.4): 32 x 2 x 4 lost 3 / 9 points, 16 x 2 x 4 +0.4 to +1.3
+     * / -0.2 to -0.3 (lean_sm128_h200.txt); not taken. */
     static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
     {
         if (ND_SM_LEAN == 0 || (!fast && ND_SM_LEAN != 2))
