@@ -19,21 +19,7 @@
  *
  * Usage: stride_probe [SEG_KB [BLOCKS]]   (default 256 KB segments, 128 blocks)
  */
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
-#include <cuda_runtime.h>
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));            \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "gpu_timing.cuh" /* CK */
 
 enum { INORDER, ROTATED, PADDED, INTERLEAVE, NMODES };
 static const char *kNames[NMODES] = {"inorder", "rotated", "padded", "interleave"};
