@@ -831,6 +831,23 @@ __device__ __forceinline__ void nd_cp_async_wait_all()
 {
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
+/* Wait until at most n of this thread's cp.async groups are pending (fewer where n > 6). */
+__device__ __forceinline__ void nd_cp_async_wait(int n)
+{
+    switch (n) {
+    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    default:
+        if (n > 6)
+            asm volatile("cp.async.wait_group 6;" ::: "memory");
+        else
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+    }
+}
 
 /* ---------------------------------------------------------------------------------------------
  * Flag words: 64-bit words that blocks of one launch publish to each other in global memory.

@@ -1606,24 +1606,6 @@ template <class T> __host__ __device__ constexpr bool res_cpasync()
 {
     return ND_AXIS_RES_CPASYNC == 2 || (ND_AXIS_RES_CPASYNC == 1 && sizeof(T) == 4);
 }
-/* Wait until at most n of this thread's cp.async groups are pending (fewer where n > 6). */
-__device__ __forceinline__ void res_cp_wait(int n)
-{
-    switch (n) {
-    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
-    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
-    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
-    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
-    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
-    default:
-        if (n > 6)
-            asm volatile("cp.async.wait_group 6;" ::: "memory");
-        else
-            asm volatile("cp.async.wait_group 0;" ::: "memory");
-    }
-}
-
 struct slab_res {
     int nseg;        /* segments (blocks) a slab */
     int rounds;      /* rounds of kResThreads packs a segment */
@@ -1762,7 +1744,7 @@ softmax_axis_slab_res(const T *__restrict__ x, T *__restrict__ y, unsigned long 
             w[u] = res_empty_pack<T>();
             if (i + u < nsm) {
                 if constexpr (res_cpasync<T>())
-                    res_cp_wait(issued - (i + u + 1));
+                    nd_cp_async_wait(issued - (i + u + 1));
                 else
                     nd_mbar_wait(&bar[i + u], 0);
                 if (begin + (sm0 + i + u) * NT + t < end)
