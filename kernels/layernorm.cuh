@@ -212,6 +212,12 @@
 #ifndef ND_LN_LEAN
 #define ND_LN_LEAN 1
 #endif
+#ifndef ND_LN_LEAN_PRESENT /* nd_layernorm_policy::lean_present, 16-bit groups of 2-4 rows */
+#define ND_LN_LEAN_PRESENT 1
+#endif
+#ifndef ND_LN_LEAN_PRESENT_R1 /* nd_layernorm_policy::lean_present, 16-bit groups of one row */
+#define ND_LN_LEAN_PRESENT_R1 2
+#endif
 #ifndef ND_LN_LEAN_P8
 #define ND_LN_LEAN_P8 nd_lean_code(8, 4, 1)
 #endif
@@ -529,6 +535,32 @@ struct nd_layernorm_policy : nd_norm_policy {
                : packs == 48 ? ND_LN_LEAN_P48
                : packs == 64 ? ND_LN_LEAN_P64
                : packs == 96 ? ND_LN_LEAN_P96 : packs == 128 ? ND_LN_LEAN_P128 : 0;
+    }
+    /* How the lean kernel writes y when gamma and beta are both there (ND_ROWS_LEAN_PRESENT):
+     * 16-bit rows in their own copy of the output loop, without the absent-parameter defaults
+     * (1: static SASS of the bfloat16 192-column kernel's path 492 -> 444 instructions), and
+     * groups of one row (R = 1) asking for all their parameters at once (2); float32 rows and
+     * RMSNorm's keep one loop (0). H200, three alternating rounds, % of the same-run copy
+     * ceiling, float16 / bfloat16 (bench/results/lean_present_h200.txt):
+     *                       one loop       1              2
+     *   64 (8 x 1, R 4)     94.1 / 94.1    94.4 / 95.0    94.0 / 94.9
+     *   128 (8 x 2, R 4)    94.2 / 93.9    96.3 / 96.1    94.5 / 91.4
+     *   192 (8 x 3, R 1)    92.0 / 90.8    93.6 / 92.9    94.0 / 94.3
+     *   256 (16 x 2, R 2)   93.5 / 92.3    93.8 / 93.3    94.5 / 92.7
+     *   384 (16 x 3, R 1)   95.5 / 94.4    95.8 / 95.9    96.4 / 96.8
+     *   512 (32 x 2, R 2)   96.2 / 95.4    95.8 / 96.2    96.2 / 95.8
+     *   1024 (32 x 4, R 1)  97.2 / 97.0    97.1 / 97.3    97.7 / 97.7
+     * float32 64 columns (8 x 2, R 2, 4 warps) lost 4.4 with either (96.2 -> 91.8 / 92.1; 40 ->
+     * 47 registers), 128 within 0.3; RMSNorm's 16-bit 192 (8 x 3, R 4) lost 0.2-1.9. This rule
+     * against the library before, in a second call: 64 93.7 / 94.3 -> 94.3 / 94.7, 128 94.1 /
+     * 93.5 -> 96.1 / 94.8, 192 92.3 / 90.7 -> 94.0 / 94.4, 256 93.4 / 92.2 -> 93.8 / 93.4, 384
+     * 95.7 / 94.2 -> 96.7 / 96.6, 512 within 0.3, 1024 +0.2 / +0.9; x torch.compile at 192
+     * 0.97 / 0.97 -> 0.99 / 1.00, at 384 1.00 / 0.99 -> 1.01 / 1.01. There 192 columns in 8 x 3,
+     * R 2 (the second loop) lost 4.5-5.6 against it. Not measured on an H100, whose LayerNorm
+     * 16-bit 128, 256 and 640 columns take the lean kernel too (R 4, 2, 2: the second loop). */
+    static __host__ __device__ constexpr int lean_present(int elem_bytes, int rows)
+    {
+        return elem_bytes != 2 ? 0 : rows == 1 ? ND_LN_LEAN_PRESENT_R1 : ND_LN_LEAN_PRESENT;
     }
     /* Tried after (H100, three alternating rounds, bench/results/rows_hold_h100.txt), none kept:
      *   16-bit rows of 32-63 packs at 2 packs a lane too (256 columns: 16 lanes, parameters

@@ -19,8 +19,12 @@
  * statistics (Op::stats, as in the warp kernel: LayerNorm's exact mean, a double cross-lane sum
  * kept as two floats) over a context whose all-reduce is the group's shuffles, the R rows in one
  * all-reduce so their shuffle chains interleave. Then each pack's parameters are loaded once for
- * the group's R rows, and y is stored evict-first. No loop over rows: one unit of 32 / W x R x
- * NW rows a block, a grid of every unit (at most 2^31 - 1 of them). Which rows and which (W, R,
+ * the group's R rows, and y is stored evict-first; where the op's policy says so
+ * (ND_ROWS_LEAN_PRESENT), calls with every parameter present take a copy of that loop that sets
+ * no absent-parameter defaults, its lanes asking for all their parameters at once where a group
+ * holds one row (LayerNorm's 16-bit rows: +0.3 to +3.7 points, bench/results/
+ * lean_present_h200.txt). No loop over rows: one unit of 32 / W x R x NW rows a block, a grid
+ * of every unit (at most 2^31 - 1 of them). Which rows and which (W, R,
  * NW) are the op's policy's lean(element bytes, packs, fast), measured per op: LayerNorm's
  * 16-bit rows of 128, 256, 512 and 1024 columns (+1.6 to +6.6 points of the copy ceiling),
  * softmax's of 512 and 1024 and log_softmax's of 1024 (+1 to +1.8) take it on an H200, and in
@@ -78,6 +82,19 @@
 #define ND_ROWS_LEAN_LOAD_DEP 1
 #endif
 
+/* How a lean kernel with every parameter present writes y (nd_lean_present, the op's policy's
+ * lean_present(element bytes, rows a group); -1: as the policy says, as measured; 0-2 on every
+ * op with parameters, for A/B runs):
+ *   0  one output loop for present and absent parameters (gamma 1, beta 0 where absent);
+ *   1  a second copy of the loop for every parameter present, taken when they are: no
+ *      absent-parameter defaults, set by one instruction an element and selected by
+ *      predicate, among its instructions;
+ *   2  as 1, each lane asking for all its packs' parameters at once before its first output
+ *      pack, rather than each pack's after the last pack's store. */
+#ifndef ND_ROWS_LEAN_PRESENT
+#define ND_ROWS_LEAN_PRESENT (-1)
+#endif
+
 /* the most packs a lane holds of a row: rows of up to W x this many packs */
 #define ND_ROWS_LEAN_MAX_PK 4
 
@@ -126,6 +143,25 @@ template <int W, int PK, int VEC> struct nd_lean_ctx {
         return __shfl_sync(0xffffffffu, v, src, W);
     }
 };
+
+/* ND_ROWS_LEAN_PRESENT for an op's lean kernel of R rows a group: the op's policy's
+ * lean_present(element bytes, R) where it has one (0 where not), 0 for ops without parameters. */
+template <class Op, class = void> struct nd_lean_present_of {
+    static __host__ __device__ constexpr int get(int, int) { return 0; }
+};
+template <class Op>
+struct nd_lean_present_of<Op, std::void_t<decltype(Op::Policy::lean_present(2, 1))>> {
+    static __host__ __device__ constexpr int get(int elem_bytes, int rows)
+    {
+        return Op::Policy::lean_present(elem_bytes, rows);
+    }
+};
+template <class Op> __host__ __device__ constexpr int nd_lean_present(int elem_bytes, int rows)
+{
+    return Op::kParams == 0 ? 0
+           : ND_ROWS_LEAN_PRESENT >= 0 ? ND_ROWS_LEAN_PRESENT
+                                       : nd_lean_present_of<Op>::get(elem_bytes, rows);
+}
 
 /* Groups of W lanes a row (32 / W groups a warp), R rows a group, NW warps a block: a group's
  * rows are r0 + r * (32 / W), r < R, the warp's groups taking consecutive rows. XP > 0 (the exact
@@ -187,35 +223,59 @@ __global__ void __launch_bounds__(32 * NW, ND_ROWS_LEAN_MIN_WARPS / NW)
     for (int r = 0; r < R; r++)
         if (gl == 0 && r0 + r * GPW < a.rows)
             Op::write_stats(st[r], r0 + r * GPW, prm);
+    /* y, pack by pack; PRESENT: every parameter there (nd_lean_present) */
+    constexpr int HOW = nd_lean_present<Op>((int)sizeof(T), R);
+    auto emit = [&](auto present) {
+        constexpr bool PRESENT = decltype(present)::value;
+        constexpr bool AHEAD = PRESENT && HOW == 2;
+        uint4 pw[AHEAD ? PK : 1][2]; /* AHEAD: the lane's parameters as loaded */
+        if constexpr (AHEAD) {
 #pragma unroll
-    for (int k = 0; k < PK; k++) {
-        const int p = k * W + gl;
-        if (p >= ctx.npacks) /* this pack and the lane's next ones lie past the row */
-            break;
-        float g[2][VEC]; /* each pack's parameters, once for the R rows */
+            for (int k = 0; k < PK; k++)
 #pragma unroll
-        for (int q = 0; q < 2; q++) {
-            if (q >= NP || !pp[q]) { /* absent: gamma 1, beta 0 */
+                for (int q = 0; q < NP; q++)
+                    if (k * W + gl < ctx.npacks)
+                        pw[k][q] = nd_ldg_keep<K>(reinterpret_cast<const uint4 *>(pp[q]) + k * W + gl);
+        }
+#pragma unroll
+        for (int k = 0; k < PK; k++) {
+            const int p = k * W + gl;
+            if (p >= ctx.npacks) /* this pack and the lane's next ones lie past the row */
+                break;
+            float g[2][VEC]; /* each pack's parameters, once for the R rows */
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+                if (q >= NP || (!PRESENT && !pp[q])) { /* absent: gamma 1, beta 0 */
+#pragma unroll
+                    for (int j = 0; j < VEC; j++)
+                        g[q][j] = q == 0 ? 1.0f : 0.0f;
+                    continue;
+                }
+                nd_word_floats<T, VEC>(
+                    AHEAD ? pw[AHEAD ? k : 0][q]
+                          : nd_ldg_keep<K>(reinterpret_cast<const uint4 *>(pp[q]) + p),
+                    g[q]);
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int64_t row = r0 + r * GPW;
+                if (row >= a.rows)
+                    continue;
+                float o[VEC];
 #pragma unroll
                 for (int j = 0; j < VEC; j++)
-                    g[q][j] = q == 0 ? 1.0f : 0.0f;
-                continue;
+                    o[j] = Op::out(st[r], prm, v[r].get(k * VEC + j), g[0][j], g[1][j]);
+                nd_store_pack_stream<T, VEC>(a.y + row * cols + (int64_t)p * VEC, o);
             }
-            nd_word_floats<T, VEC>(nd_ldg_keep<K>(reinterpret_cast<const uint4 *>(pp[q]) + p),
-                                   g[q]);
         }
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const int64_t row = r0 + r * GPW;
-            if (row >= a.rows)
-                continue;
-            float o[VEC];
-#pragma unroll
-            for (int j = 0; j < VEC; j++)
-                o[j] = Op::out(st[r], prm, v[r].get(k * VEC + j), g[0][j], g[1][j]);
-            nd_store_pack_stream<T, VEC>(a.y + row * cols + (int64_t)p * VEC, o);
+    };
+    if constexpr (HOW > 0) {
+        if (pp[0] && (NP < 2 || pp[1])) {
+            emit(std::true_type());
+            return;
         }
     }
+    emit(std::false_type());
 }
 
 /* The policy's lean geometry, packed as lanes a row * 4096 + rows a group * 64 + warps a block
