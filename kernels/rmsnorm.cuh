@@ -38,7 +38,10 @@
 #endif
 
 #ifndef ND_RMS_LEAN_P24 /* nd_rmsnorm_policy::lean: 16-bit rows of 24 packs on a fast device (0: none) */
-#define ND_RMS_LEAN_P24 nd_lean_code(8, 4, 1)
+#define ND_RMS_LEAN_P24 nd_lean_code(8, 1, 1)
+#endif
+#ifndef ND_RMS_LEAN_PRESENT_R1 /* nd_rmsnorm_policy::lean_present, 16-bit groups of one row */
+#define ND_RMS_LEAN_PRESENT_R1 2
 #endif
 
 #ifndef ND_RMS_BIG_PF16 /* nd_rmsnorm_policy::big_pf for 16-bit rows: eighths of a device-full */
@@ -66,12 +69,26 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * 94.8 and 94.5 / 94.1 -> 94.5 / 94.9 (x torch.compile 1.00 / 0.98 -> 1.01 / 0.98); 8 x 2 x 1
      * 93.1 / 93.0, 32 x 4 x 1 90.2 / 91.5. 16-bit rows of 8 packs (64 columns) in 8 x 4 x 1, as
      * LayerNorm's take them now, lost to the tile kernel: 95.2 / 96.0 -> 93.9 / 94.5
-     * (bench/results/rms_lean64_h200.txt). */
+     * (bench/results/rms_lean64_h200.txt).
+     * Since the lean kernel's loop for present parameters (lean_present, below), those rows take
+     * 8 x 1 x 1, one row a group, with that loop and each lane's gamma asked for at once: H200,
+     * four alternating rounds against 8 x 4 x 1 (bench/results/lean_present_h200.txt, call 3),
+     * float16 / bfloat16 94.0-95.0 / 94.1-95.0 -> 94.8-95.2 / 95.8-96.0; 8 x 1 x 1 with one loop
+     * 93.8-94.2 / 94.5-94.9. */
     static constexpr int lean(int elem_bytes, int64_t packs, bool fast)
     {
         if (elem_bytes == 2 && packs == 24 && fast)
             return ND_RMS_LEAN_P24;
         return nd_norm_policy::lean(elem_bytes, packs, fast);
+    }
+    /* How the lean kernel writes y when gamma is there (ND_ROWS_LEAN_PRESENT): 16-bit groups of
+     * one row (192 columns, above) with the loop for present parameters, gamma asked for at once
+     * (2); others one loop (0): 16-bit 192 columns in 8 x 4 x 1 lost 0.2-1.9 points with the loop
+     * for present parameters, float32 64 and 128 columns moved within 0.6
+     * (bench/results/lean_present_h200.txt, call 1). */
+    static __host__ __device__ constexpr int lean_present(int elem_bytes, int rows)
+    {
+        return elem_bytes == 2 && rows == 1 ? ND_RMS_LEAN_PRESENT_R1 : 0;
     }
     /* Rows of more than 32 chunks (float32 1048576 columns) on a fast device: chunks of 512
      * threads, not 256 (16-bit chunks are 512 already). H200, three alternating rounds

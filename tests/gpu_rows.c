@@ -620,7 +620,7 @@ Test(gpu_rows, lean_kernel_many_rows)
         {ND_OP_LAYERNORM, ND_FLOAT16, 384, 0, "lean W=16 packs=3 R=1 warps=1 exact "},
         {ND_OP_LAYERNORM, ND_BFLOAT16, 64, 0, "lean W=8 packs=1 R=4 warps=1 exact "},
         {ND_OP_LAYERNORM, ND_BFLOAT16, 192, 0, "lean W=8 packs=3 R=1 warps=1 exact "},
-        {ND_OP_RMSNORM, ND_BFLOAT16, 192, 0, "lean W=8 packs=3 R=4 warps=1 exact "},
+        {ND_OP_RMSNORM, ND_BFLOAT16, 192, 0, "lean W=8 packs=3 R=1 warps=1 exact "},
         {ND_OP_LOG_SOFTMAX, ND_BFLOAT16, 128, 0, "lean W=8 packs=2 R=2 warps=4 exact "},
         {ND_OP_LOG_SOFTMAX, ND_FLOAT16, 256, 0, "lean W=16 packs=2 R=2 warps=1 exact "},
         {ND_OP_SOFTMAX, ND_FLOAT32, 64, 0, "lean W=8 packs=2 R=2 warps=4 exact "},
