@@ -539,9 +539,10 @@ struct nd_layernorm_policy : nd_norm_policy {
     /* How the lean kernel writes y when gamma and beta are both there (ND_ROWS_LEAN_PRESENT):
      * 16-bit rows in their own copy of the output loop, without the absent-parameter defaults
      * (1: static SASS of the bfloat16 192-column kernel's path 492 -> 444 instructions), and
-     * groups of one row (R = 1) asking for all their parameters at once (2); float32 rows and
-     * RMSNorm's keep one loop (0). H200, three alternating rounds, % of the same-run copy
-     * ceiling, float16 / bfloat16 (bench/results/lean_present_h200.txt):
+     * groups of one row (R = 1) asking for all their parameters at once (2); float32 rows keep
+     * one loop (0; RMSNorm's: nd_rmsnorm_policy::lean_present). H200, three alternating
+     * rounds, % of the same-run copy ceiling, float16 / bfloat16 (bench/results/
+     * lean_present_h200.txt):
      *                       one loop       1              2
      *   64 (8 x 1, R 4)     94.1 / 94.1    94.4 / 95.0    94.0 / 94.9
      *   128 (8 x 2, R 4)    94.2 / 93.9    96.3 / 96.1    94.5 / 91.4

@@ -86,9 +86,9 @@
  * lean_present(element bytes, rows a group); -1: as the policy says, as measured; 0-2 on every
  * op with parameters, for A/B runs):
  *   0  one output loop for present and absent parameters (gamma 1, beta 0 where absent);
- *   1  a second copy of the loop for every parameter present, taken when they are: no
- *      absent-parameter defaults, set by one instruction an element and selected by
- *      predicate, among its instructions;
+ *   1  a second copy of the loop, taken when every parameter is present, that sets no
+ *      absent-parameter defaults (in the shared loop, a move an element, then overwritten
+ *      under a predicate);
  *   2  as 1, each lane asking for all its packs' parameters at once before its first output
  *      pack, rather than each pack's after the last pack's store. */
 #ifndef ND_ROWS_LEAN_PRESENT
@@ -235,7 +235,8 @@ __global__ void __launch_bounds__(32 * NW, ND_ROWS_LEAN_MIN_WARPS / NW)
 #pragma unroll
                 for (int q = 0; q < NP; q++)
                     if (k * W + gl < ctx.npacks)
-                        pw[k][q] = nd_ldg_keep<K>(reinterpret_cast<const uint4 *>(pp[q]) + k * W + gl);
+                        pw[k][q] = nd_ldg_keep<K>(reinterpret_cast<const uint4 *>(pp[q]) +
+                                                  k * W + gl);
         }
 #pragma unroll
         for (int k = 0; k < PK; k++) {
