@@ -228,15 +228,18 @@ __global__ void __launch_bounds__(32 * NW, ND_ROWS_LEAN_MIN_WARPS / NW)
     auto emit = [&](auto present) {
         constexpr bool PRESENT = decltype(present)::value;
         constexpr bool AHEAD = PRESENT && HOW == 2;
-        uint4 pw[AHEAD ? PK : 1][2]; /* AHEAD: the lane's parameters as loaded */
+        /* parameter q's pack p of the row, as loaded */
+        auto param = [&](int q, int p) {
+            return nd_ldg_keep<K>(reinterpret_cast<const uint4 *>(pp[q]) + p);
+        };
+        uint4 pw[PK][2]; /* AHEAD: the lane's parameters, asked for before any output */
         if constexpr (AHEAD) {
 #pragma unroll
             for (int k = 0; k < PK; k++)
 #pragma unroll
                 for (int q = 0; q < NP; q++)
                     if (k * W + gl < ctx.npacks)
-                        pw[k][q] = nd_ldg_keep<K>(reinterpret_cast<const uint4 *>(pp[q]) +
-                                                  k * W + gl);
+                        pw[k][q] = param(q, k * W + gl);
         }
 #pragma unroll
         for (int k = 0; k < PK; k++) {
@@ -252,10 +255,7 @@ __global__ void __launch_bounds__(32 * NW, ND_ROWS_LEAN_MIN_WARPS / NW)
                         g[q][j] = q == 0 ? 1.0f : 0.0f;
                     continue;
                 }
-                nd_word_floats<T, VEC>(
-                    AHEAD ? pw[AHEAD ? k : 0][q]
-                          : nd_ldg_keep<K>(reinterpret_cast<const uint4 *>(pp[q]) + p),
-                    g[q]);
+                nd_word_floats<T, VEC>(AHEAD ? pw[k][q] : param(q, p), g[q]);
             }
 #pragma unroll
             for (int r = 0; r < R; r++) {
