@@ -558,7 +558,10 @@ struct nd_layernorm_policy : nd_norm_policy {
      * 95.7 / 94.2 -> 96.7 / 96.6, 512 within 0.3, 1024 +0.2 / +0.9; x torch.compile at 192
      * 0.97 / 0.97 -> 0.99 / 1.00, at 384 1.00 / 0.99 -> 1.01 / 1.01. There 192 columns in 8 x 3,
      * R 2 (the second loop) lost 4.5-5.6 against it. Not measured on an H100, whose LayerNorm
-     * 16-bit 128, 256 and 640 columns take the lean kernel too (R 4, 2, 2: the second loop). */
+     * 16-bit 128, 256 and 640 columns take the lean kernel too (R 4, 2, 2: the second loop).
+     * Tried since, one row a group with the parameters at once (H200, three alternating rounds,
+     * bench/results/split_exchange_h200.txt): 256 columns in 8 x 1 x 1 (4 packs a lane), float16
+     * / bfloat16 93.8 / 93.5 -> 92.9 / 93.3; 512 in 16 x 1 x 1, 95.8 / 96.1 -> 95.7 / 95.8. */
     static __host__ __device__ constexpr int lean_present(int elem_bytes, int rows)
     {
         return elem_bytes != 2 ? 0 : rows == 1 ? ND_LN_LEAN_PRESENT_R1 : ND_LN_LEAN_PRESENT;

@@ -86,7 +86,10 @@ struct nd_rmsnorm_policy : nd_norm_policy {
      * one row (192 columns, above) with the loop for present parameters, gamma asked for at once
      * (2); others one loop (0): 16-bit 192 columns in 8 x 4 x 1 lost 0.2-1.9 points with the loop
      * for present parameters, float32 64 and 128 columns moved within 0.6
-     * (bench/results/lean_present_h200.txt, call 1). */
+     * (bench/results/lean_present_h200.txt, call 1). 16-bit rows of 256 and 512 columns in the
+     * lean kernel, one row a group with gamma at once (8 x 1 x 1, 16 x 1 x 1), lost to the warp
+     * kernel: float16 / bfloat16 256 95.9 / 95.8 -> 94.3 / 95.3, 512 97.3 / 97.4 -> 96.8 / 97.0
+     * (three alternating rounds, bench/results/split_exchange_h200.txt). */
     static __host__ __device__ constexpr int lean_present(int elem_bytes, int rows)
     {
         return elem_bytes == 2 && rows == 1 ? ND_RMS_LEAN_PRESENT_R1 : 0;

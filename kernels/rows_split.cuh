@@ -126,6 +126,17 @@
  * waits, in step: softmax +0.3 to +1.9 points at eight of nine long shapes, RMSNorm -2 to -4.5 at
  * 16-bit 128x1048576 (the delay itself, never won back), the rest within 0.6. The waves do not
  * run in step enough to matter.
+ * Where the time goes, by probes (H200, bench/split_exchange.patch, wrong results; bench/results/
+ * split_exchange_h200.txt): with no exchange at all (each block takes its own sums) 128x1048576
+ * ran 86-95% of the copy ceiling instead of 75-82, 512x262144 87.5-96 instead of 79.5-88.5, but
+ * LayerNorm's 16-bit rows stayed at 86-89.5. In rows of 2-8 chunks, waiting only for the block's
+ * own published word (not the other chunks') recovered 2-5.5 of the points and skipping that
+ * round trip too 0-3 more; blockIdx.x for the ticket gave 1-4 at 262144-1048576 columns (not
+ * taken: the order blocks start in is not promised). Chunks held partly in shared memory (8 packs
+ * a thread in registers, up to 13 more by cp.async; bench/split_hybrid_probe.cu), so an SM holds
+ * up to 2.6x the bytes of x: within the probe, float32 RMSNorm +5 to +12 at 262144-1048576
+ * columns, 16-bit rows at most +2, and at 84 KB a chunk every 1048576-column row -5 to -12; and
+ * the probe's register-only chunks ran 8-12 points below this kernel, so none of it beats it.
  */
 #ifndef ND_ROWS_SPLIT_CUH
 #define ND_ROWS_SPLIT_CUH
