@@ -46,8 +46,7 @@
  */
 #include <cmath>
 
-#include "gpu_timing.cuh"
-#include "../kernels/cuda_common.cuh"
+#include "split_probe.cuh"
 
 __device__ __forceinline__ void cp_async16(uint4 *smem, const uint4 *gmem)
 {
@@ -67,8 +66,6 @@ hybrid_chunk(const uint4 *__restrict__ x, uint4 *__restrict__ y, const uint4 *__
     constexpr int VEC = 16 / sizeof(T), NW = TH / 32, CP = TH * (RP + SP);
     extern __shared__ uint4 buf[];
     __shared__ unsigned tk;
-    __shared__ float red[2][NW];
-    __shared__ float tot[2];
     __shared__ float shift;
     const int t = threadIdx.x;
     if (t == 0)
@@ -121,64 +118,12 @@ hybrid_chunk(const uint4 *__restrict__ x, uint4 *__restrict__ y, const uint4 *__
     for (int j = 0; j < SP; j++)
         if ((RP + j) * TH + t < np)
             sum(buf[j * TH + t]);
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) {
-        s += __shfl_xor_sync(0xffffffffu, s, o);
-        q += __shfl_xor_sync(0xffffffffu, q, o);
-    }
-    if ((t & 31) == 0) {
-        red[0][t / 32] = s;
-        red[1][t / 32] = q;
-    }
-    __syncthreads();
-    if (t < 32) {
-        const int lane = t;
-        s = lane < NW ? red[0][lane] : 0.0f;
-        q = lane < NW ? red[1][lane] : 0.0f;
-#pragma unroll
-        for (int o = 16; o > 0; o /= 2) {
-            s += __shfl_xor_sync(0xffffffffu, s, o);
-            q += __shfl_xor_sync(0xffffffffu, q, o);
-        }
-        unsigned long long *sl = slots + row * C;
-        if (lane == 0)
-            nd_split_store(sl + chunk, (unsigned long long)__float_as_uint(s) << 32 | __float_as_uint(q));
-        /* lane l folds chunks l, l + 32, ... in order, then a shuffle tree in lane order */
-        float as = 0.0f, aq = 0.0f;
-        for (int c = lane; c < C; c += 32) {
-            const unsigned long long w = nd_split_wait(sl + c);
-            as += __uint_as_float((unsigned)(w >> 32));
-            aq += __uint_as_float((unsigned)w);
-        }
-        for (int o = 16; o > 0; o /= 2) {
-            as += __shfl_down_sync(0xffffffffu, as, o);
-            aq += __shfl_down_sync(0xffffffffu, aq, o);
-        }
-        if (lane == 0) {
-            tot[0] = as;
-            tot[1] = aq;
-        }
-    }
-    __syncthreads();
-    float m = 0.0f, rs;
-    if (OP == 1) {
-        const float dm = tot[0] / n;
-        m = sh + dm;
-        rs = rsqrtf(fmaxf(tot[1] / n - dm * dm, 0.0f) + eps);
-    } else {
-        rs = rsqrtf(tot[1] / n + eps);
-    }
+    probe_split_sums<NW>(s, q, slots, row, chunk, C);
+    float m, rs;
+    probe_norm_stats(OP, s, q, sh, n, eps, m, rs);
     uint4 *yr = y + row * P + c0;
     auto out = [&](uint4 w, int p) {
-        float f[VEC], gg[VEC], bb[VEC];
-        unpack<T>(w, f);
-        unpack<T>(__ldg(g + c0 + p), gg);
-        if (OP == 1)
-            unpack<T>(__ldg(b + c0 + p), bb);
-#pragma unroll
-        for (int k = 0; k < VEC; k++)
-            f[k] = OP == 1 ? fmaf((f[k] - m) * rs, gg[k], bb[k]) : f[k] * rs * gg[k];
-        __stcs(yr + p, pack<T>(f));
+        __stcs(yr + p, probe_norm_pack<T, OP>(w, g + c0 + p, b + c0 + p, m, rs));
     };
 #pragma unroll
     for (int i = 0; i < RP; i++)
@@ -214,67 +159,38 @@ template <class T, int OP, int TH, int RP, int SP> struct hybrid {
 };
 
 template <class T, int OP, class H>
-static void run_geom(const probe_case &c, long P, float eps, int nsm)
+static void run_geom(const probe_case &c, long P, float eps)
 {
     const int C = (int)((P + H::CP - 1) / H::CP);
     const int nb = H::blocks_per_sm();
     printf(" | %dK %d/SM C=%d", H::CP * 16 / 1024, nb, C);
-    if (C > nb * nsm || C < 2) { /* a row's chunks must all be resident at once */
-        printf(" n/a");
-        return;
-    }
-    const size_t wsb = 16 + (size_t)c.rows * C * 8;
-    void *ws;
-    CK(cudaMalloc(&ws, wsb));
-    auto go = [&](void *x, void *y) { H::launch(x, y, c.g, c.b, c.rows, P, C, ws, wsb, eps, c.cols, c.s); };
-    const double t = time_graph(c.s, c.N, [&](int i) { go(c.xs[i % c.k], c.ys[i % c.k]); });
-    const double md = probe_max_diff<T>(c, go);
-    printf(" %5.1f%% (%.2g)", 100.0 * c.tc / t, md);
-    fflush(stdout);
-    CK(cudaFree(ws));
+    probe_chunks<T>(c, C, nb, [&](void *x, void *y, void *ws, size_t wsb) {
+        H::launch(x, y, c.g, c.b, c.rows, P, C, ws, wsb, eps, c.cols, c.s);
+    });
 }
 
 template <class T, int OP> static void run(long cols, nd_dtype dt)
 {
-    const long rows = (1L << 27) / cols;
     const long P = cols * (long)sizeof(T) / 16;
-    probe_case c = probe_case_make<T>(dt, rows, cols);
-    const float eps = OP == 1 ? 1e-5f : 1e-6f;
-    const double tl = probe_lib_time(c, dt, OP, eps);
-    printf("%-9s %-8s %ldx%-8ld lib %5.1f%%", OP == 1 ? "layernorm" : "rmsnorm", nd_dtype_name(dt),
-           rows, cols, 100.0 * c.tc / tl);
-    int dev = 0, nsm = 0;
-    CK(cudaGetDevice(&dev));
-    CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
+    float eps;
+    probe_case c = probe_norm_start<T>(cols, dt, OP, &eps);
     /* 256 x 8+0 (32 KB, 4 an SM by registers), with 4 / 8 / 13 packs more in shared memory
      * (16 / 32 / 52 KB a block: 4 an SM still); 512 x 8+0 and 8+13 (104 KB a block, 2 an SM) */
-    run_geom<T, OP, hybrid<T, OP, 256, 8, 0>>(c, P, eps, nsm);
-    run_geom<T, OP, hybrid<T, OP, 256, 8, 4>>(c, P, eps, nsm);
-    run_geom<T, OP, hybrid<T, OP, 256, 8, 8>>(c, P, eps, nsm);
-    run_geom<T, OP, hybrid<T, OP, 256, 8, 13>>(c, P, eps, nsm);
-    run_geom<T, OP, hybrid<T, OP, 512, 8, 0>>(c, P, eps, nsm);
-    run_geom<T, OP, hybrid<T, OP, 512, 8, 13>>(c, P, eps, nsm);
+    run_geom<T, OP, hybrid<T, OP, 256, 8, 0>>(c, P, eps);
+    run_geom<T, OP, hybrid<T, OP, 256, 8, 4>>(c, P, eps);
+    run_geom<T, OP, hybrid<T, OP, 256, 8, 8>>(c, P, eps);
+    run_geom<T, OP, hybrid<T, OP, 256, 8, 13>>(c, P, eps);
+    run_geom<T, OP, hybrid<T, OP, 512, 8, 0>>(c, P, eps);
+    run_geom<T, OP, hybrid<T, OP, 512, 8, 13>>(c, P, eps);
     printf("\n");
     probe_case_free(c);
 }
 
 int main(int argc, char **argv)
 {
-    std::vector<long> widths = {65536, 262144, 1048576};
-    if (argc > 1) {
-        widths.clear();
-        for (int i = 1; i < argc; i++)
-            widths.push_back(atol(argv[i]));
-    }
     printf("geometries: 256 x 8+0, 8+4, 8+8, 8+13; 512 x 8+0, 8+13 (threads x register + shared "
            "packs a thread)\n");
-    for (long c : widths) {
-        run<float, 0>(c, ND_FLOAT32);
-        run<__half, 0>(c, ND_FLOAT16);
-        run<__nv_bfloat16, 0>(c, ND_BFLOAT16);
-        run<float, 1>(c, ND_FLOAT32);
-        run<__half, 1>(c, ND_FLOAT16);
-        run<__nv_bfloat16, 1>(c, ND_BFLOAT16);
-    }
+    for (long c : probe_widths(argc, argv))
+        PROBE_NORM_CASES(run, c);
     return 0;
 }

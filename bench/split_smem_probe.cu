@@ -43,8 +43,7 @@
  */
 #include <cmath>
 
-#include "gpu_timing.cuh"
-#include "../kernels/cuda_common.cuh"
+#include "split_probe.cuh"
 
 constexpr int MAXPC = 8; /* pieces (bulk copies, mbarriers) a chunk at most */
 
@@ -60,8 +59,6 @@ smem_chunk(const uint4 *__restrict__ x, uint4 *__restrict__ y, const uint4 *__re
     extern __shared__ uint4 buf[];
     __shared__ uint64_t bar[MAXPC];
     __shared__ unsigned tk;
-    __shared__ float red[2][NW];
-    __shared__ float tot[2];
     __shared__ float shift;
     if (threadIdx.x == 0) {
         tk = atomicAdd(ticket, 1u);
@@ -106,66 +103,13 @@ smem_chunk(const uint4 *__restrict__ x, uint4 *__restrict__ y, const uint4 *__re
             }
         }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) {
-        s += __shfl_xor_sync(0xffffffffu, s, o);
-        q += __shfl_xor_sync(0xffffffffu, q, o);
-    }
-    if ((threadIdx.x & 31) == 0) {
-        red[0][threadIdx.x / 32] = s;
-        red[1][threadIdx.x / 32] = q;
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        const int lane = threadIdx.x;
-        s = lane < NW ? red[0][lane] : 0.0f;
-        q = lane < NW ? red[1][lane] : 0.0f;
-#pragma unroll
-        for (int o = 16; o > 0; o /= 2) {
-            s += __shfl_xor_sync(0xffffffffu, s, o);
-            q += __shfl_xor_sync(0xffffffffu, q, o);
-        }
-        unsigned long long *sl = slots + row * C;
-        if (lane == 0)
-            nd_split_store(sl + chunk, (unsigned long long)__float_as_uint(s) << 32 | __float_as_uint(q));
-        /* lane l folds chunks l, l + 32, ... in order, then a shuffle tree in lane order */
-        float as = 0.0f, aq = 0.0f;
-        for (int c = lane; c < C; c += 32) {
-            const unsigned long long w = nd_split_wait(sl + c);
-            as += __uint_as_float((unsigned)(w >> 32));
-            aq += __uint_as_float((unsigned)w);
-        }
-        for (int o = 16; o > 0; o /= 2) {
-            as += __shfl_down_sync(0xffffffffu, as, o);
-            aq += __shfl_down_sync(0xffffffffu, aq, o);
-        }
-        if (lane == 0) {
-            tot[0] = as;
-            tot[1] = aq;
-        }
-    }
-    __syncthreads();
-    float m = 0.0f, rs;
-    if (OP == 1) {
-        const float dm = tot[0] / n;
-        m = sh + dm;
-        rs = rsqrtf(fmaxf(tot[1] / n - dm * dm, 0.0f) + eps);
-    } else {
-        rs = rsqrtf(tot[1] / n + eps);
-    }
+    probe_split_sums<NW>(s, q, slots, row, chunk, C);
+    float m, rs;
+    probe_norm_stats(OP, s, q, sh, n, eps, m, rs);
     uint4 *yr = y + row * P + c0;
 #pragma unroll 4
-    for (int p = threadIdx.x; p < np; p += TH) {
-        float f[VEC], gg[VEC], bb[VEC];
-        unpack<T>(buf[p], f);
-        unpack<T>(__ldg(g + c0 + p), gg);
-        if (OP == 1)
-            unpack<T>(__ldg(b + c0 + p), bb);
-#pragma unroll
-        for (int j = 0; j < VEC; j++)
-            f[j] = OP == 1 ? fmaf((f[j] - m) * rs, gg[j], bb[j]) : f[j] * rs * gg[j];
-        __stcs(yr + p, pack<T>(f));
-    }
+    for (int p = threadIdx.x; p < np; p += TH)
+        __stcs(yr + p, probe_norm_pack<T, OP>(buf[p], g + c0 + p, b + c0 + p, m, rs));
 }
 
 struct geom {
@@ -195,16 +139,9 @@ template <class T, int OP, int TH> struct launcher {
 
 template <class T, int OP> static void run(long cols, nd_dtype dt)
 {
-    const long rows = (1L << 27) / cols;
     const long P = cols * (long)sizeof(T) / 16;
-    probe_case c = probe_case_make<T>(dt, rows, cols);
-    const float eps = OP == 1 ? 1e-5f : 1e-6f;
-    const double tl = probe_lib_time(c, dt, OP, eps);
-    printf("%-9s %-8s %ldx%-8ld ceil %8.1f us  lib %5.1f%%", OP == 1 ? "layernorm" : "rmsnorm",
-           nd_dtype_name(dt), rows, cols, c.tc, 100.0 * c.tc / tl);
-    int dev = 0, nsm = 0;
-    CK(cudaGetDevice(&dev));
-    CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
+    float eps;
+    probe_case c = probe_norm_start<T>(cols, dt, OP, &eps);
     for (geom gm : {geom{256, 32}, geom{512, 48}, geom{512, 64}, geom{512, 72}, geom{512, 96},
                     geom{512, 112}, geom{1024, 112}}) {
         const int CP = gm.kb * 1024 / 16, C = (int)((P + CP - 1) / CP);
@@ -223,21 +160,9 @@ template <class T, int OP> static void run(long cols, nd_dtype dt)
             launch = launcher<T, OP, 1024>::launch;
         }
         printf(" | %dx%dK %d/SM C=%d", gm.th, gm.kb, nb, C);
-        if (C > nb * nsm || C < 2) { /* a row's chunks must all be resident at once */
-            printf(" n/a");
-            continue;
-        }
-        const size_t wsb = 16 + (size_t)rows * C * 8;
-        void *ws;
-        CK(cudaMalloc(&ws, wsb));
-        auto go = [&](void *x, void *y) {
-            launch(x, y, c.g, c.b, rows, P, C, CP, ws, wsb, eps, cols, c.s);
-        };
-        const double t = time_graph(c.s, c.N, [&](int i) { go(c.xs[i % c.k], c.ys[i % c.k]); });
-        const double md = probe_max_diff<T>(c, go);
-        printf(" %5.1f%% (%.2g)", 100.0 * c.tc / t, md);
-        fflush(stdout);
-        CK(cudaFree(ws));
+        probe_chunks<T>(c, C, nb, [&](void *x, void *y, void *ws, size_t wsb) {
+            launch(x, y, c.g, c.b, c.rows, P, C, CP, ws, wsb, eps, cols, c.s);
+        });
     }
     printf("\n");
     probe_case_free(c);
@@ -245,19 +170,7 @@ template <class T, int OP> static void run(long cols, nd_dtype dt)
 
 int main(int argc, char **argv)
 {
-    std::vector<long> widths = {65536, 262144, 1048576};
-    if (argc > 1) {
-        widths.clear();
-        for (int i = 1; i < argc; i++)
-            widths.push_back(atol(argv[i]));
-    }
-    for (long c : widths) {
-        run<float, 0>(c, ND_FLOAT32);
-        run<__half, 0>(c, ND_FLOAT16);
-        run<__nv_bfloat16, 0>(c, ND_BFLOAT16);
-        run<float, 1>(c, ND_FLOAT32);
-        run<__half, 1>(c, ND_FLOAT16);
-        run<__nv_bfloat16, 1>(c, ND_BFLOAT16);
-    }
+    for (long c : probe_widths(argc, argv))
+        PROBE_NORM_CASES(run, c);
     return 0;
 }
