@@ -381,7 +381,7 @@ BENCH_ARGS ?=
 ifneq ($(strip $(NVCC)),)
 $(CU_OBJ): $(wildcard kernels/*.cuh kernels/*.h)
 endif
-$(BUILD)/bench/%: bench/%.cu bench/gpu_timing.cuh $(wildcard kernels/*.cuh kernels/*.h) \
+$(BUILD)/bench/%: bench/%.cu $(wildcard bench/*.cuh kernels/*.cuh kernels/*.h) \
                   $(BUILD)/libndkernels.a
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $< $(BUILD)/libndkernels.a -o $@ -lpthread -lm
