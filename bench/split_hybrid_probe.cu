@@ -33,7 +33,8 @@
  * register chunks (256 x 8+0) ran 8-12 points below the library's at every shape. Shared-memory
  * packs helped float32 RMSNorm at 262144 and 1048576 columns (256 threads: 73.3 -> 78.9 and 70.3
  * -> 75.1; 512: 74.8 -> 81.3 and 67.4 -> 79.3), 16-bit rows by at most 2 at 48 KB, and lost
- * beyond that (128x1048576 at 84 KB: RMSNorm -5.6 to -5.8, LayerNorm -8 to -12). Not built.
+ * beyond that (128x1048576 at 84 KB: 16-bit RMSNorm -5.6 to -5.8, LayerNorm -7.7 to -12). Not
+ * built.
  *
  * Prints, per op, dtype and shape: the copy ceiling, the library and each geometry (blocks an SM
  * from the occupancy API, chunks a row) as % of it, and the probe's largest difference from the
