@@ -49,12 +49,6 @@
 
 #include "split_probe.cuh"
 
-__device__ __forceinline__ void cp_async16(uint4 *smem, const uint4 *gmem)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-
 /* OP 0: RMSNorm, y = x * rsqrt(mean(x^2) + eps) * g; OP 1: LayerNorm, (x - mean) * rstd * g + b.
  * Thread t's packs of the chunk: t + i * TH, i < RP in registers, RP <= i < RP + SP in shared
  * memory slot (i - RP) * TH + t. */
@@ -81,9 +75,9 @@ hybrid_chunk(const uint4 *__restrict__ x, uint4 *__restrict__ y, const uint4 *__
     for (int j = 0; j < SP; j++) {
         const int p = (RP + j) * TH + t;
         if (p < np)
-            cp_async16(buf + j * TH + t, xr + p);
+            nd_cp_async16(buf + j * TH + t, xr + p);
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    nd_cp_async_commit();
     uint4 v[RP];
 #pragma unroll
     for (int i = 0; i < RP; i++) {
@@ -114,7 +108,7 @@ hybrid_chunk(const uint4 *__restrict__ x, uint4 *__restrict__ y, const uint4 *__
     for (int i = 0; i < RP; i++)
         if (i * TH + t < np)
             sum(v[i]);
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    nd_cp_async_wait_all();
 #pragma unroll
     for (int j = 0; j < SP; j++)
         if ((RP + j) * TH + t < np)
@@ -148,10 +142,8 @@ template <class T, int OP, int TH, int RP, int SP> struct hybrid {
         return nb;
     }
     static void launch(const void *x, void *y, const void *g, const void *b, long rows, long P,
-                       int C, void *ws, size_t wsb, float eps, long cols, cudaStream_t s)
+                       int C, void *ws, float eps, long cols, cudaStream_t s)
     {
-        CK(cudaMemsetAsync(ws, 0xff, wsb, s)); /* slots empty */
-        CK(cudaMemsetAsync(ws, 0, 16, s));     /* ticket 0 */
         hybrid_chunk<T, OP, TH, RP, SP><<<(unsigned)(rows * C), TH, (size_t)smem, s>>>(
             (const uint4 *)x, (uint4 *)y, (const uint4 *)g, (const uint4 *)b, P, C, (unsigned *)ws,
             (unsigned long long *)((char *)ws + 16), eps, (float)cols);
@@ -165,8 +157,8 @@ static void run_geom(const probe_case &c, long P, float eps)
     const int C = (int)((P + H::CP - 1) / H::CP);
     const int nb = H::blocks_per_sm();
     printf(" | %dK %d/SM C=%d", H::CP * 16 / 1024, nb, C);
-    probe_chunks<T>(c, C, nb, [&](void *x, void *y, void *ws, size_t wsb) {
-        H::launch(x, y, c.g, c.b, c.rows, P, C, ws, wsb, eps, c.cols, c.s);
+    probe_chunks<T>(c, C, nb, [&](void *x, void *y, void *ws) {
+        H::launch(x, y, c.g, c.b, c.rows, P, C, ws, eps, c.cols, c.s);
     });
 }
 

@@ -133,9 +133,9 @@ __device__ __forceinline__ uint4 probe_norm_pack(uint4 x, const uint4 *g, const 
 }
 
 /* One geometry of C chunks a row at nb blocks an SM: " n/a" where a row's chunks cannot all be
- * resident at once (or C < 2), else its workspace (a 16-byte ticket, then a word a chunk a row)
- * and go(x, y, ws, bytes) (resetting it included) timed over c's rotated sets and checked against
- * the library's output: " NN.N% (largest difference)". */
+ * resident at once (or C < 2), else its workspace (a 16-byte ticket, then a word a chunk a row),
+ * reset before each launch (slots all ones: empty; ticket 0), and go(x, y, ws) timed over
+ * c's rotated sets and checked against the library's output: " NN.N% (largest difference)". */
 template <class T, class F> static void probe_chunks(const probe_case &c, int C, int nb, F go)
 {
     if (C > nb * probe_sm_count() || C < 2) {
@@ -145,7 +145,11 @@ template <class T, class F> static void probe_chunks(const probe_case &c, int C,
     const size_t wsb = 16 + (size_t)c.rows * C * 8;
     void *ws;
     CK(cudaMalloc(&ws, wsb));
-    auto run = [&](void *x, void *y) { go(x, y, ws, wsb); };
+    auto run = [&](void *x, void *y) {
+        CK(cudaMemsetAsync(ws, 0xff, wsb, c.s)); /* slots empty */
+        CK(cudaMemsetAsync(ws, 0, 16, c.s));     /* ticket 0 */
+        go(x, y, ws);
+    };
     const double t = time_graph(c.s, c.N, [&](int i) { run(c.xs[i % c.k], c.ys[i % c.k]); });
     const double md = probe_max_diff<T>(c, run);
     printf(" %5.1f%% (%.2g)", 100.0 * c.tc / t, md);

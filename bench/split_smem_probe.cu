@@ -126,10 +126,8 @@ template <class T, int OP, int TH> struct launcher {
         return nb;
     }
     static void launch(const void *x, void *y, const void *g, const void *b, long rows, long P,
-                       int C, int CP, void *ws, size_t wsb, float eps, long cols, cudaStream_t s)
+                       int C, int CP, void *ws, float eps, long cols, cudaStream_t s)
     {
-        CK(cudaMemsetAsync(ws, 0xff, wsb, s)); /* slots empty */
-        CK(cudaMemsetAsync(ws, 0, 16, s));     /* ticket 0 */
         smem_chunk<T, OP, TH><<<(unsigned)(rows * C), TH, (size_t)CP * 16, s>>>(
             (const uint4 *)x, (uint4 *)y, (const uint4 *)g, (const uint4 *)b, P, C, CP, MAXPC,
             (unsigned *)ws, (unsigned long long *)((char *)ws + 16), eps, (float)cols);
@@ -148,7 +146,7 @@ template <class T, int OP> static void run(long cols, nd_dtype dt)
         const int smem = CP * 16;
         int nb;
         void (*launch)(const void *, void *, const void *, const void *, long, long, int, int,
-                       void *, size_t, float, long, cudaStream_t);
+                       void *, float, long, cudaStream_t);
         if (gm.th == 256) {
             nb = launcher<T, OP, 256>::blocks_per_sm(smem);
             launch = launcher<T, OP, 256>::launch;
@@ -160,8 +158,8 @@ template <class T, int OP> static void run(long cols, nd_dtype dt)
             launch = launcher<T, OP, 1024>::launch;
         }
         printf(" | %dx%dK %d/SM C=%d", gm.th, gm.kb, nb, C);
-        probe_chunks<T>(c, C, nb, [&](void *x, void *y, void *ws, size_t wsb) {
-            launch(x, y, c.g, c.b, c.rows, P, C, CP, ws, wsb, eps, cols, c.s);
+        probe_chunks<T>(c, C, nb, [&](void *x, void *y, void *ws) {
+            launch(x, y, c.g, c.b, c.rows, P, C, CP, ws, eps, cols, c.s);
         });
     }
     printf("\n");
