@@ -3,9 +3,15 @@
 (gpu_rR.csv against torch_rR.csv of the same round), and how many shapes are below 1.00x in every
 round, in some round, and by the median. One round is one bench_gpu --csv DIR/gpu_rR.csv and one
 torch_bench.py --impl eager,compile --csv DIR/torch_rR.csv, run one after the other (R = 1, 2, ...),
-so that drift of the machine falls on both."""
+so that drift of the machine falls on both.
+
+With --median-csv, also writes DIR/gpu_med.csv and DIR/torch_med.csv: per shape the row of the
+round whose normd % of the ceiling is the median, and per shape and PyTorch variant the row of
+the median time, for bench/plot.py --table / --goals over the rounds together (use an odd number
+of rounds, so each median is a measured row)."""
 import csv, glob, os, statistics, sys
-d = sys.argv[1]
+args = [a for a in sys.argv[1:] if not a.startswith("--")]
+d = args[0]
 rounds = sorted(int(os.path.basename(f)[5:-4]) for f in glob.glob(os.path.join(d, "gpu_r*.csv")))
 pct, x = {}, {}
 for r in rounds:
@@ -29,3 +35,29 @@ print()
 print("shapes: %d; below 1.00x torch.compile in every round: %d; in some round: %d; by the median: %d"
       % (len(x), len(every), len(some), len(med)))
 print("below in every round:", "; ".join("%s %s %s" % k for k in every))
+
+
+def median_rows(paths, key, value):
+    """Per key, the row whose value is the median among the rounds' rows (the lower of the two
+    middle ones for an even count)."""
+    by = {}
+    fields = None
+    for p in paths:
+        rd = csv.DictReader(open(p))
+        fields = rd.fieldnames
+        for t in rd:
+            by.setdefault(key(t), []).append(t)
+    out = []
+    for ts in by.values():
+        ts.sort(key=lambda t: float(t[value]))
+        out.append(ts[(len(ts) - 1) // 2])
+    return fields, out
+
+if "--median-csv" in sys.argv:
+    for name, key, value in (("gpu", lambda t: (t["op"], t["dtype"], t["shape"]), "pct_ceiling"),
+                             ("torch", lambda t: (t["op"], t["dtype"], t["shape"], t["impl"]), "time_us")):
+        fields, rows = median_rows([os.path.join(d, "%s_r%d.csv" % (name, r)) for r in rounds], key, value)
+        with open(os.path.join(d, "%s_med.csv" % name), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows(rows)
