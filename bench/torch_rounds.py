@@ -13,11 +13,20 @@ import csv, glob, os, statistics, sys
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 d = args[0]
 rounds = sorted(int(os.path.basename(f)[5:-4]) for f in glob.glob(os.path.join(d, "gpu_r*.csv")))
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        rd = csv.DictReader(f)
+        return rd.fieldnames, list(rd)
+
+
+# each round's two CSVs, read once: (field names, rows) by "gpu" / "torch", in round order
+tables = {name: [read_csv(os.path.join(d, f"{name}_r{r}.csv")) for r in rounds] for name in ("gpu", "torch")}
 pct, x = {}, {}
-for r in rounds:
-    comp = {(t["op"], t["dtype"], t["shape"]): float(t["time_us"])
-            for t in csv.DictReader(open(os.path.join(d, f"torch_r{r}.csv"))) if t["impl"] == "compile"}
-    for g in csv.DictReader(open(os.path.join(d, f"gpu_r{r}.csv"))):
+for (_, gpu), (_, torch) in zip(tables["gpu"], tables["torch"]):
+    comp = {(t["op"], t["dtype"], t["shape"]): float(t["time_us"]) for t in torch if t["impl"] == "compile"}
+    for g in gpu:
         k = (g["op"], g["dtype"], g["shape"])
         pct.setdefault(k, []).append(float(g["pct_ceiling"]))
         if k in comp:
@@ -37,27 +46,24 @@ print("shapes: %d; below 1.00x torch.compile in every round: %d; in some round: 
 print("below in every round:", "; ".join("%s %s %s" % k for k in every))
 
 
-def median_rows(paths, key, value):
+def median_rows(tabs, key, value):
     """Per key, the row whose value is the median among the rounds' rows (the lower of the two
-    middle ones for an even count)."""
+    middle ones for an even count), over tabs, a list of (field names, rows)."""
     by = {}
-    fields = None
-    for p in paths:
-        rd = csv.DictReader(open(p))
-        fields = rd.fieldnames
-        for t in rd:
+    for _, rows in tabs:
+        for t in rows:
             by.setdefault(key(t), []).append(t)
     out = []
     for ts in by.values():
         ts.sort(key=lambda t: float(t[value]))
         out.append(ts[(len(ts) - 1) // 2])
-    return fields, out
+    return out
+
 
 if "--median-csv" in sys.argv:
     for name, key, value in (("gpu", lambda t: (t["op"], t["dtype"], t["shape"]), "pct_ceiling"),
                              ("torch", lambda t: (t["op"], t["dtype"], t["shape"], t["impl"]), "time_us")):
-        fields, rows = median_rows([os.path.join(d, "%s_r%d.csv" % (name, r)) for r in rounds], key, value)
         with open(os.path.join(d, "%s_med.csv" % name), "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=fields)
+            w = csv.DictWriter(f, fieldnames=tables[name][0][0])
             w.writeheader()
-            w.writerows(rows)
+            w.writerows(median_rows(tables[name], key, value))
